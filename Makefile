@@ -1,0 +1,30 @@
+# README's commands: `make demo` (the main job) and `make test` (the whole default suite).
+# Both do their own set-up (venv in .venv, pip install -e .[test,docs], apt-get install zookeeper).
+PY := .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test lint docs bench safety clean
+
+setup:
+	@bash scripts/bootstrap.sh
+
+demo: setup
+	$(PY) -m zkrecipes.cli demo
+
+test: setup
+	$(PY) -m ruff check zkrecipes tests bench
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests
+	$(MAKE) --no-print-directory docs
+
+docs: setup
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+bench: export EXTRAS = test,docs,bench
+bench: setup
+	$(PY) bench/run.py
+
+safety: setup
+	$(PY) -m zkrecipes.testing.chaos --long
+
+clean:
+	rm -rf .venv docs/_build build *.egg-info

@@ -1,0 +1,98 @@
+"""pytest plugin (entry point ``pytest11``): a session-wide ZooKeeper ensemble and per-test clients.
+
+Fixtures:
+
+- ``zk_ensemble`` (session): a 3-server :class:`~zkrecipes.testing.Ensemble` started once, or the
+  external ensemble named by ``ZK_HOSTS``.
+- ``zk_local_ensemble``: the same ensemble, for tests that kill, stop or pause servers; skipped with a
+  reason when ``ZK_HOSTS`` points at an external ensemble.
+- ``zk_namespace``: a fresh chroot path for the test, e.g. ``/zkrecipes-test/test_x-1a2b3c``.
+- ``zk``: a started ``KazooClient`` chrooted to ``zk_namespace``.
+- ``zk_factory``: ``zk_factory(**kazoo_kwargs)`` makes more started clients on the same chroot, each
+  with its own session; ``zk_factory(hosts=...)`` connects elsewhere (e.g. through a ``Partition``).
+  All are closed at the end of the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from typing import Callable, Iterator
+
+import pytest
+from kazoo.client import KazooClient
+
+from .ensemble import Ensemble, ZooKeeperNotFound
+
+NAMESPACE_ROOT = "/zkrecipes-test"
+
+
+class ExternalEnsemble:
+    """Stands in for :class:`Ensemble` when ``ZK_HOSTS`` names an ensemble this process did not start."""
+
+    def __init__(self, hosts: str) -> None:
+        self.hosts = hosts
+
+    def __getattr__(self, name: str):
+        pytest.skip(f"needs a local ensemble to control servers ({name}); ZK_HOSTS={self.hosts!r} is external")
+
+
+@pytest.fixture(scope="session")
+def zk_ensemble() -> Iterator[object]:
+    hosts = os.environ.get("ZK_HOSTS")
+    if hosts:
+        yield ExternalEnsemble(hosts)
+        return
+    try:
+        ens = Ensemble(size=3, tick_ms=200)
+    except ZooKeeperNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+    with ens:
+        yield ens
+
+
+@pytest.fixture
+def zk_local_ensemble(zk_ensemble) -> Ensemble:
+    if isinstance(zk_ensemble, ExternalEnsemble):
+        pytest.skip(f"needs a local ensemble to kill/stop servers; ZK_HOSTS={zk_ensemble.hosts!r} is external")
+    return zk_ensemble
+
+
+@pytest.fixture
+def zk_namespace(request, zk_ensemble) -> Iterator[str]:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
+    path = f"{NAMESPACE_ROOT}/{name}-{uuid.uuid4().hex[:8]}"
+    root = KazooClient(hosts=zk_ensemble.hosts)
+    root.start(timeout=30)
+    try:
+        root.ensure_path(path)
+    finally:
+        root.stop()
+        root.close()
+    yield path
+
+
+@pytest.fixture
+def zk_factory(zk_ensemble, zk_namespace) -> Iterator[Callable[..., KazooClient]]:
+    clients: list[KazooClient] = []
+
+    def make(hosts: str | None = None, start: bool = True, **kwargs) -> KazooClient:
+        kwargs.setdefault("timeout", 10.0)
+        client = KazooClient(hosts=(hosts or zk_ensemble.hosts) + zk_namespace, **kwargs)
+        clients.append(client)
+        if start:
+            client.start(timeout=30)
+        return client
+
+    yield make
+    for c in clients:
+        try:
+            c.stop()
+        finally:
+            c.close()
+
+
+@pytest.fixture
+def zk(zk_factory) -> KazooClient:
+    return zk_factory()
