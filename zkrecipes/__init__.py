@@ -1,7 +1,27 @@
 """zkrecipes: ZooKeeper lock recipes that tell their holders when a hold is in doubt.
 
 Exclusive, fair and read/write locks and leader election on one queue engine, with session-loss
-notification and fencing tokens. See https://zkrecipes.readthedocs.io (docs/ in the source tree).
+notification and fencing tokens.
 """
 
+from .errors import LockCancelled, LockError, LockLost, LockTimeout
+from .exclusive import ExclusiveLock
+from .fair import FairLock
+from .naming import Contender
+from .rwlock import ReadLock, ReadWriteLock, WriteLock
+
 __version__ = "0.1.0"
+
+__all__ = [
+    "Contender",
+    "ExclusiveLock",
+    "FairLock",
+    "LockCancelled",
+    "LockError",
+    "LockLost",
+    "LockTimeout",
+    "ReadLock",
+    "ReadWriteLock",
+    "WriteLock",
+    "__version__",
+]

@@ -1,0 +1,350 @@
+"""The public lock API shared by every recipe: acquire/release, state, listeners, check, fencing token.
+
+Recipes subclass :class:`Lock` and implement ``_zk_acquire(waiter) -> Hold`` and ``_zk_release(hold)``;
+the local gate, reentrancy, deadlines, cancel and session-state reporting live here once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import Callable, Iterator, Optional
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.security import ACL
+
+from . import _local, naming, retry
+from ._queue import Cancelled, DeadlinePassed, Queue, Waiter
+from .errors import LockCancelled, LockError, LockLost, LockTimeout
+from .session import HELD, LOST, SUSPENDED, Hold, session_id
+
+log = logging.getLogger("zkrecipes.lock")
+
+IDLE = "idle"
+WAITING = "waiting"
+_W, _R = 0, 1
+_HAVE, _QUEUE = "have", "queue"
+NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
+
+Listener = Callable[["Lock", str], None]
+
+
+class Lock:
+    """Base of every zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
+
+    _kind = naming.WRITE
+    _family = "queue"
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[list] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+    ) -> None:
+        if not isinstance(client, KazooClient):
+            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
+        self.path = naming.validate_path(path)
+        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
+        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
+        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
+            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
+        if not isinstance(tolerate_suspended, bool):
+            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
+        self.client = client
+        self.acl = list(acl) if acl else None
+        self.retry = _validate_retry(retry)
+        self.tolerate_suspended = tolerate_suspended
+        self.lost = threading.Event()
+        self._queue = Queue(client, self.path, self.acl, self.retry)
+        self._gate = _local.gate(client, self.path, self._family)
+        self._listeners: list = []
+        self._state = IDLE
+        self._state_lock = threading.Lock()
+        self._cancel = threading.Event()
+        self._waiters: set = set()
+
+    # -- recipe hooks ----------------------------------------------------------------------------
+    def _zk_acquire(self, waiter: Waiter) -> Hold:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _zk_release(self, hold: Hold) -> None:
+        self._queue.delete(hold.node, hold.session)
+
+    def _make_hold(self, path: str, token: int, session: int) -> Hold:
+        hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
+        if session_id(self.client) != session:
+            hold.state = SUSPENDED  # connection dropped while we were being granted
+        return hold
+
+    def _verify(self, hold: Hold) -> bool:
+        stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
+        return stat is not None and stat.ephemeralOwner == hold.session
+
+    def _cleanup(self, hold: Hold) -> None:
+        if self._verify(hold):
+            self._queue.delete(hold.node, hold.session)
+
+    # -- acquire / release -----------------------------------------------------------------------
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        """Acquire the lock; return True once held.
+
+        Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
+        called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
+        created is deleted and its watch removed. Reentrant per thread: each acquire needs a release.
+        """
+        if not isinstance(blocking, bool):
+            raise TypeError(f"blocking must be a bool, got {blocking!r}")
+        timeout = naming.validate_timeout(timeout)
+        if not blocking and timeout is not None:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        entered = self._enter_gate(blocking, deadline)
+        if entered != _QUEUE:
+            return entered == _HAVE
+        return self._acquire_zk(blocking, deadline)
+
+    def _enter_gate(self, blocking: bool, deadline: Optional[float]) -> Optional[str]:
+        """Take the local gate: _HAVE if the calling thread now holds (reentrant or shared), _QUEUE if
+        it must queue in ZooKeeper (``gate.busy`` is then ours), None on a miss, timeout or cancel."""
+        g, tid, kind = self._gate, threading.get_ident(), self._kind
+        self._cancel.clear()
+        with g.cond:
+            while True:
+                c = g.counts.get(tid)
+                if kind == naming.WRITE:
+                    if g.writer == tid:
+                        c[_W] += 1
+                        self._attach(g.hold)
+                        return _HAVE
+                    if c and c[_R]:
+                        raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
+                    if g.hold is None and not g.busy:
+                        break
+                else:
+                    if c:  # reentrant read, or read under our own write lock (downgrade)
+                        c[_R] += 1
+                        self._attach(g.hold)
+                        return _HAVE
+                    if g.mode == naming.READ and g.hold.state == HELD and not g.waiting_writers:
+                        g.counts[tid] = [0, 1]
+                        self._attach(g.hold)
+                        return _HAVE
+                    if g.hold is None and not g.busy:
+                        break
+                if self._cancel.is_set():
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if not blocking or (remaining is not None and remaining <= 0):
+                    return None
+                if kind == naming.WRITE:
+                    g.waiting_writers += 1
+                try:
+                    g.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                finally:
+                    if kind == naming.WRITE:
+                        g.waiting_writers -= 1
+            g.busy = True
+            return _QUEUE
+
+    def _acquire_zk(self, blocking: bool, deadline: Optional[float]) -> bool:
+        g, tid = self._gate, threading.get_ident()
+        self.lost.clear()
+        self._set_state(WAITING)
+        ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
+        waiter = Waiter(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking)
+        self._waiters.add(waiter)
+        hold = None
+        try:
+            hold = self._zk_acquire(waiter)
+        except (DeadlinePassed, Cancelled):
+            pass
+        finally:
+            waiter.close()
+            self._waiters.discard(waiter)
+            with g.cond:
+                g.busy = False
+                if hold is not None:
+                    g.hold, g.mode = hold, self._kind
+                    g.counts[tid] = [1, 0] if self._kind == naming.WRITE else [0, 1]
+                    if self._kind == naming.WRITE:
+                        g.writer = tid
+                g.cond.notify_all()
+            if hold is None:
+                self._set_state(IDLE)
+        if hold is None:
+            return False
+        self._attach(hold)
+        log.debug("acquired %s as %s (token %d)", self.path, hold.node, hold.token)
+        return True
+
+    def release(self) -> None:
+        """Release one level of this thread's hold; the last release deletes our node.
+
+        Raises LockError if the calling thread does not hold the lock. After the hold was lost,
+        release only clears local state: it never deletes a node that may now be someone else's.
+        """
+        g, tid = self._gate, threading.get_ident()
+        side = _W if self._kind == naming.WRITE else _R
+        with g.cond:
+            c = g.counts.get(tid)
+            if not c or not c[side]:
+                kind = "write" if side == _W else "read"
+                raise LockError(f"{self.path}: release of a {kind} lock the calling thread does not hold")
+            c[side] -= 1
+            if side == _W and not c[_W]:
+                g.writer = None
+            if c == [0, 0]:
+                del g.counts[tid]
+            if g.counts:
+                if g.writer is None:
+                    g.mode = naming.READ  # downgrade: our write node stays until the reads are released
+                g.cond.notify_all()
+                return
+            hold, objects = g.hold, g.objects
+            g.hold, g.mode, g.objects, g.busy = None, None, set(), True
+        try:
+            if hold.state != LOST:
+                self._zk_release(hold)
+        finally:
+            hold.close()
+            with g.cond:
+                g.busy = False
+                g.cond.notify_all()
+            for obj in objects:
+                obj._detach(hold)
+
+    def cancel(self) -> None:
+        """Make pending acquires of this lock object return False (``with``/``hold()`` raise
+        :class:`LockCancelled`); their nodes are deleted. Safe to call from any thread."""
+        self._cancel.set()
+        for w in list(self._waiters):
+            w.wake.set()
+        with self._gate.cond:
+            self._gate.cond.notify_all()
+
+    # -- context managers --------------------------------------------------------------------------
+    def __enter__(self) -> "Lock":
+        self._acquire_or_raise(None)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def hold(self, timeout: Optional[float] = None) -> Iterator["Lock"]:
+        """``with lock.hold(timeout=5):`` -- like ``with lock`` but raises LockTimeout after ``timeout``."""
+        self._acquire_or_raise(naming.validate_timeout(timeout))
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def _acquire_or_raise(self, timeout: Optional[float]) -> None:
+        if not self.acquire(timeout=timeout):
+            if self._cancel.is_set():
+                raise LockCancelled(f"acquire of {self.path} was cancelled")
+            raise LockTimeout(f"could not acquire {self.path} within {timeout} s")
+
+    # -- state -------------------------------------------------------------------------------------
+    def _attach(self, hold: Hold) -> None:
+        with self._gate.cond:
+            if self in self._gate.objects:
+                return
+            self._gate.objects.add(self)
+        hold.add_listener(self._on_hold)
+        self._on_hold(hold.state)
+
+    def _detach(self, hold: Hold) -> None:
+        hold.remove_listener(self._on_hold)
+        self._set_state(IDLE)
+
+    def _on_hold(self, state: str) -> None:
+        if state == LOST:
+            self.lost.set()
+        self._set_state(state)
+
+    def _set_state(self, state: str) -> None:
+        with self._state_lock:
+            if self._state == state:
+                return
+            self._state = state
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(self, state)
+            except Exception:
+                log.exception("listener %r of %s failed", fn, self.path)
+
+    def add_listener(self, fn: Listener) -> None:
+        """Call ``fn(lock, state)`` on every state change (never on kazoo's threads; keep it short)."""
+        if not callable(fn):
+            raise TypeError(f"listener must be callable, got {fn!r}")
+        with self._state_lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        """Stop calling ``fn``; unknown functions are ignored."""
+        with self._state_lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    @property
+    def state(self) -> str:
+        """``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
+        return self._state
+
+    def _my_hold(self) -> Optional[Hold]:
+        g = self._gate
+        with g.cond:
+            c = g.counts.get(threading.get_ident())
+            side = _W if self._kind == naming.WRITE else _R
+            return g.hold if c and c[side] else None
+
+    @property
+    def is_held(self) -> bool:
+        """True only for a thread that holds the lock while the hold is certain (not suspended/lost)."""
+        hold = self._my_hold()
+        return hold is not None and hold.state == HELD
+
+    @property
+    def token(self) -> Optional[int]:
+        """Fencing token while held: the czxid of our node, growing across the whole ensemble; else None."""
+        hold = self._gate.hold
+        return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of our node while held, else None."""
+        hold = self._gate.hold
+        return hold.node if hold is not None and self in self._gate.objects else None
+
+    def check(self) -> None:
+        """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless
+        built with ``tolerate_suspended=True``) suspended, LockError if this thread does not hold it."""
+        hold = self._my_hold()
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling thread")
+        if hold.state == LOST:
+            raise LockLost(f"hold on {self.path} ({hold.node}) is lost: the session ended")
+        if hold.state == SUSPENDED and not self.tolerate_suspended:
+            raise LockLost(f"hold on {self.path} ({hold.node}) is uncertain: connection suspended")
+
+    def contenders(self) -> list:
+        """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples."""
+        return self._queue.contenders()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path!r} state={self._state}>"
+
+
+def _validate_retry(policy: object) -> Optional[tenacity.Retrying]:
+    return retry.validate_policy(policy)

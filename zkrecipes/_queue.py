@@ -1,0 +1,394 @@
+"""The queue engine: the one waiting loop behind every recipe.
+
+``Queue.acquire`` enqueues a protected ephemeral-sequential node (create and get_children sent back to
+back, so an uncontended acquire costs one write latency), asks the recipe's *wait-rule* which node ahead
+blocks it, watches only that node, and waits with one deadline over the whole acquire. The listing is
+kept: nodes only ever join *behind* us, so when a watched node is deleted it is dropped from the listing
+and the rule is asked again without another read. On every exit other than success -- deadline, cancel,
+any exception, KeyboardInterrupt -- our node is deleted and our watch removed.
+
+A wait-rule is ``rule(ahead, me) -> blocker | None`` over :class:`~zkrecipes.naming.QueueNode` lists in
+queue order; it must be monotone (removing nodes ahead never creates a blocker).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Callable, NamedTuple, Optional
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.protocol.serialization import Create2, int_struct, write_string
+from kazoo.protocol.states import EventType
+
+from . import naming, retry
+from .naming import QueueNode
+from .session import SessionWatcher, session_id
+
+log = logging.getLogger("zkrecipes.queue")
+
+Rule = Callable[[list, QueueNode], Optional[QueueNode]]
+
+
+class DeadlinePassed(Exception):
+    """Internal: the acquire's deadline passed."""
+
+
+class Cancelled(Exception):
+    """Internal: the acquire was cancelled."""
+
+
+# -- wire requests kazoo does not expose ------------------------------------------------------------
+class _CreateContainer(Create2):
+    type = 19  # OpCode.createContainer (ZooKeeper >= 3.5); reply is path + stat like create2
+
+
+class _RemoveWatches(NamedTuple):
+    path: str
+    watcher_type: int  # 1 children, 2 data, 3 any
+    type = 18  # OpCode.removeWatches (ZooKeeper >= 3.5)
+
+    def serialize(self) -> bytearray:
+        b = bytearray()
+        b.extend(write_string(self.path))
+        b.extend(int_struct.pack(self.watcher_type))
+        return b
+
+    @classmethod
+    def deserialize(cls, buf, offset):
+        return True
+
+
+_no_containers: set = set()  # ids of clients whose server rejected container nodes
+
+
+def _blocking(start: Callable[[], object]):
+    return start().get()
+
+
+def _create_container(client: KazooClient, path: str, acl: list, call: Callable) -> None:
+    """Create ``path`` as a container node, or a persistent node where containers are unsupported."""
+    if id(client) not in _no_containers:
+
+        def start():
+            ar = client.handler.async_result()
+            client._call(_CreateContainer(client.chroot + path, b"", acl, 4), ar)
+            return ar
+
+        try:
+            call(start)
+            return
+        except NodeExistsError:
+            return
+        except (NoNodeError, NoAuthError, SessionExpiredError) + retry.TRANSIENT:
+            raise
+        except KazooException as exc:  # UnimplementedError / BadArguments from servers before 3.5
+            log.info("server rejected a container node (%r); using persistent parents", exc)
+            _no_containers.add(id(client))
+    try:
+        call(lambda: client.create_async(path, b"", acl))
+    except NodeExistsError:
+        pass
+
+
+def ensure_path(client: KazooClient, path: str, acl: list, call: Callable = _blocking) -> None:
+    """Create ``path`` and its missing ancestors as container nodes with ``acl``.
+
+    ``call(start)`` runs one async operation (``start()`` returns a kazoo async result) and returns its
+    value; the default blocks, a :class:`Waiter` bounds it by a deadline and retries.
+    """
+    if call(lambda: client.exists_async(path)) is not None:
+        return
+    parts = path.strip("/").split("/")
+    for i in range(1, len(parts) + 1):
+        try:
+            _create_container(client, "/" + "/".join(parts[:i]), acl, call)
+        except NoNodeError:  # an ancestor was reaped between our creates: start over
+            return ensure_path(client, path, acl, call)
+
+
+def remove_watch(client: KazooClient, path: str, fn: Callable) -> None:
+    """Forget our data watch ``fn`` on ``path`` client-side, and server-side if no other remains."""
+    full = client.chroot + path
+    watchers = client._data_watchers.get(full)
+    if watchers is None or fn not in watchers:
+        return
+    watchers.discard(fn)
+    if watchers:
+        return
+    client._data_watchers.pop(full, None)
+    if client.connected:
+        ar = client.handler.async_result()
+        client._call(_RemoveWatches(full, 2), ar)  # result ignored: the watch may have just fired
+
+
+class Waiter:
+    """One acquire's wake-ups (watch, session events, cancel), deadline and retries."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        deadline: Optional[float],
+        cancel: threading.Event,
+        policy: Optional[tenacity.Retrying],
+        nowait: bool = False,
+    ) -> None:
+        self.client = client
+        self.nowait = nowait
+        self.deadline = deadline
+        self.cancel = cancel
+        self.policy = policy
+        self.wake = threading.Event()
+        self.deleted: set = set()
+        self._watched: Optional[str] = None
+        self._session = SessionWatcher.of(client)
+        self._session.subscribe(self._on_session)
+
+    def _on_session(self, event: str) -> None:
+        self.wake.set()
+
+    def _on_watch(self, event) -> None:  # kazoo's event thread: only record and wake
+        if event.type == EventType.DELETED:
+            self.deleted.add(event.path)
+        self.wake.set()
+
+    def remaining(self) -> Optional[float]:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def check(self) -> None:
+        """Raise Cancelled or DeadlinePassed if the acquire must stop."""
+        if self.cancel.is_set():
+            raise Cancelled()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise DeadlinePassed()
+
+    def wait_result(self, ar):
+        """Wait for a kazoo async result without passing the deadline or ignoring a cancel."""
+        while not ar.ready():
+            self.check()
+            rem = self.remaining()
+            ar.wait(0.2 if rem is None else max(0.0, min(0.2, rem)))
+        return ar.get()
+
+    def call(self, start: Callable[[], object]):
+        """Run an idempotent async operation ``start()`` with retries, bounded by the deadline."""
+        try:
+            return retry.call(lambda: self.wait_result(start()), deadline=self.deadline, policy=self.policy)
+        except retry.TRANSIENT:
+            self.check()
+            raise
+
+    def watch(self, path: str):
+        """Set our (single) exists watch on ``path``; returns its stat, or None if it is gone."""
+        self.unwatch()
+        self.wake.clear()
+        stat = self.call(lambda: self.client.exists_async(path, watch=self._on_watch))
+        if stat is not None:
+            self._watched = path
+        return stat
+
+    def unwatch(self) -> None:
+        if self._watched is not None:
+            remove_watch(self.client, self._watched, self._on_watch)
+            self._watched = None
+
+    def sleep(self) -> None:
+        """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
+        if self.nowait:
+            raise DeadlinePassed()
+        while not self.wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
+            self.check()
+        self.wake.clear()
+        self.check()
+
+    def was_deleted(self, path: str) -> bool:
+        return path in self.deleted
+
+    def close(self) -> None:
+        self.unwatch()
+        self._session.unsubscribe(self._on_session)
+
+
+class Entry(NamedTuple):
+    """Our node in a queue."""
+
+    path: str
+    node: QueueNode
+    token: int
+    session: int
+
+
+class Queue:
+    """Ephemeral-sequential queue under one path; recipes supply only their wait-rule."""
+
+    _ensured: set = set()  # (id(client), path) whose parent this process has created or seen
+
+    def __init__(self, client: KazooClient, path: str, acl: Optional[list], policy: Optional[tenacity.Retrying]):
+        self.client = client
+        self.path = path
+        self.acl = acl
+        self.policy = policy
+
+    def _ensure_parent(self, waiter: Waiter, force: bool = False) -> None:
+        key = (id(self.client), self.path)
+        if force or key not in Queue._ensured:
+            ensure_path(self.client, self.path, self._acl(), waiter.call)
+            Queue._ensured.add(key)
+
+    def _acl(self) -> list:
+        from kazoo.security import OPEN_ACL_UNSAFE
+
+        return list(self.acl) if self.acl else list(OPEN_ACL_UNSAFE)
+
+    def children(self, waiter: Waiter) -> list:
+        return waiter.call(lambda: self.client.get_children_async(self.path))
+
+    def _find_own(self, waiter: Waiter, name_prefix: str, guid: str, sequence: bool) -> Optional[Entry]:
+        """After a create whose reply was lost: our node is the one with our guid and our session."""
+        sid = session_id(self.client)
+        if sequence:
+            names = [n for n in self.children(waiter) if n.startswith(name_prefix)]
+        else:
+            names = [name_prefix]
+        for name in names:
+            try:
+                data, stat = waiter.call(lambda n=name: self.client.get_async(f"{self.path}/{n}"))
+            except NoNodeError:
+                continue
+            if naming.read_data(data).get("guid") == guid:
+                if stat.ephemeralOwner == sid:
+                    return Entry(f"{self.path}/{name}", naming.parse(name), stat.czxid, sid)
+                return None  # a node of our previous session: not ours, and going away
+        return None
+
+    def create(self, waiter: Waiter, name: str, data: bytes, guid: str, sequence: bool, listing: bool = False):
+        """Create our ephemeral node ``<path>/<name>`` (plus a sequence suffix); returns (Entry, children).
+
+        With ``listing`` the children are requested right behind the create (one round trip). A create
+        whose reply is lost is found again by ``guid``; one abandoned at the deadline is deleted when its
+        reply comes. Raises NodeExistsError for a taken non-sequential name.
+        """
+        acl = self._acl()
+        while True:
+            waiter.check()
+            self._ensure_parent(waiter)
+            create = self.client.create_async(
+                f"{self.path}/{name}", data, acl, ephemeral=True, sequence=sequence, include_data=True
+            )
+            children_ar = self.client.get_children_async(self.path) if listing else None
+            try:
+                path, stat = waiter.wait_result(create)
+            except NoNodeError:  # parent reaped (container) or deleted: create it again
+                self._ensure_parent(waiter, force=True)
+                continue
+            except (DeadlinePassed, Cancelled, KeyboardInterrupt):
+                create.rawlink(_delete_if_created(self.client))
+                raise
+            except SessionExpiredError:
+                continue
+            except retry.TRANSIENT:
+                entry = self._find_own(waiter, name, guid, sequence)
+                if entry is None:
+                    continue
+                return entry, (self.children(waiter) if listing else None)
+            sid = session_id(self.client)
+            if sid is not None and sid != stat.ephemeralOwner:
+                continue  # created by a session that has since expired: the node is gone
+            entry = Entry(path, naming.parse(path.rsplit("/", 1)[1]), stat.czxid, stat.ephemeralOwner)
+            children = None
+            if listing:
+                try:
+                    children = waiter.wait_result(children_ar)
+                except (NoNodeError, SessionExpiredError) + retry.TRANSIENT:
+                    children = self.children(waiter)
+            return entry, children
+
+    def enqueue(self, waiter: Waiter, host: str, kind: str, identifier: Optional[str]) -> tuple:
+        """Create our sequential node and list the queue in one round trip; returns (Entry, nodes ahead)."""
+        guid = uuid.uuid4().hex
+        entry, children = self.create(
+            waiter, naming.prefix(host, kind), naming.node_data(identifier, guid, host), guid, True, listing=True
+        )
+        ahead = [n for n in naming.sort_queue(children) if n.sequence < entry.node.sequence]
+        return entry, ahead
+
+    def acquire(self, waiter: Waiter, host: str, kind: str, identifier: Optional[str], rule: Rule) -> Entry:
+        """Enqueue and wait until ``rule`` finds no blocker. Raises DeadlinePassed/Cancelled (node removed)."""
+        entry = None
+        try:
+            while True:
+                waiter.check()
+                if entry is None:
+                    entry, ahead = self.enqueue(waiter, host, kind, identifier)
+                current = session_id(self.client)
+                if current is not None and current != entry.session:
+                    entry = None  # our node went with the old session: queue again, at the back
+                    continue
+                blocker = rule(ahead, entry.node)
+                if blocker is None:
+                    return entry
+                path = f"{self.path}/{blocker.name}"
+                try:
+                    stat = waiter.watch(path)
+                except SessionExpiredError:
+                    entry = None
+                    continue
+                if stat is None:
+                    ahead.remove(blocker)
+                    continue
+                waiter.sleep()
+                if waiter.was_deleted(path):
+                    ahead.remove(blocker)
+        except BaseException:
+            if entry is not None:
+                self.delete(entry.path, entry.session)
+            raise
+        finally:
+            waiter.unwatch()
+
+    def delete(self, path: str, session: Optional[int] = None, timeout: float = 30.0) -> None:
+        """Delete our node (idempotent), unless it belongs to a session other than ``session``."""
+        if session is not None and session_id(self.client) not in (None, session):
+            return  # our session is gone, and the node with it
+        deadline = time.monotonic() + timeout
+        try:
+            retry.call(
+                lambda: self.client.delete_async(path).get(timeout=max(0.01, deadline - time.monotonic())),
+                deadline=deadline,
+                policy=self.policy,
+            )
+        except (NoNodeError, SessionExpiredError):
+            pass
+        except Exception:
+            log.exception("could not delete %s; it goes when the session ends", path)
+
+    def contenders(self) -> list:
+        """Every node of the queue in order, with the data its owner wrote (reads pipelined)."""
+        nodes = naming.sort_queue(self.client.get_children(self.path))
+        pending = [self.client.get_async(f"{self.path}/{n.name}") for n in nodes]
+        out = []
+        for n, ar in zip(nodes, pending):
+            try:
+                data, _ = ar.get()
+            except NoNodeError:
+                continue
+            out.append(naming.contender(n, data))
+        return out
+
+
+def _delete_if_created(client: KazooClient) -> Callable:
+    """A callback for a create abandoned mid-flight: if it succeeds after all, delete the node."""
+
+    def cb(ar) -> None:
+        try:
+            result = ar.get(block=False)
+        except Exception:
+            return
+        path = result[0] if isinstance(result, tuple) else result
+        client.delete_async(path)
+
+    return cb

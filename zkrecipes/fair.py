@@ -1,0 +1,45 @@
+"""FairLock: first come, first served; each waiter watches only the node just ahead of it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from . import naming
+from ._lock import Lock
+from ._queue import Waiter
+from .naming import QueueNode
+from .session import Hold
+
+
+def predecessor(ahead: list, me: QueueNode) -> Optional[QueueNode]:
+    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any."""
+    return ahead[-1] if ahead else None
+
+
+class FairLock(Lock):
+    """A fair (FIFO) distributed mutex on ephemeral-sequential nodes ``<host>-W-<seq>`` under ``path``.
+
+    ``FairLock(zk, "/locks/nightly", identifier="worker-1")`` -- also ``host=``, ``acl=`` (applied to
+    every node it creates, container parents included), ``retry=`` (a ``tenacity.Retrying`` for
+    transient errors) and ``tolerate_suspended=``.
+
+    Guarantees: grants follow queue order; a release wakes exactly one waiter (each watches only its
+    predecessor); uncontended acquire is one round trip (create and list pipelined), release one
+    delete. Threads of one process share a local gate, so at most one of them queues a node; the lock is
+    reentrant per thread. Interoperates with ``ReadWriteLock(path).write()`` on the same path.
+
+    Failure behaviour: when the connection drops the hold becomes ``"suspended"`` (``is_held`` False,
+    ``check()`` raises :class:`~zkrecipes.LockLost` unless ``tolerate_suspended``); reconnecting with
+    the same session and finding our node restores ``"held"``; session expiry -- or a suspension
+    longer than the session timeout -- makes it ``"lost"`` (final): ``lost`` is set and listeners are
+    told. ``token`` is the czxid of our node: pass it to whatever you write and reject lower tokens.
+    """
+
+    _kind = naming.WRITE
+
+    def _rule(self, ahead: list, me: QueueNode) -> Optional[QueueNode]:
+        return predecessor(ahead, me)
+
+    def _zk_acquire(self, waiter: Waiter) -> Hold:
+        entry = self._queue.acquire(waiter, self.host, self._kind, self.identifier, self._rule)
+        return self._make_hold(entry.path, entry.token, entry.session)

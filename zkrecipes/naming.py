@@ -1,0 +1,160 @@
+"""Node names ``<host>-<K>-<seq10>``, node data, and validation of user-supplied paths and labels.
+
+Sequence numbers are parsed from the right (host labels may contain ``-``) and compared as integers.
+Every validator raises ``TypeError``/``ValueError`` naming the bad value, before any ZooKeeper call.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import threading
+import time
+from typing import NamedTuple, Optional
+
+READ = "R"
+WRITE = "W"
+_SEQ = re.compile(r"(\d{10,})$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class QueueNode(NamedTuple):
+    """One child of a queue: its name, host label, kind (``"R"``/``"W"``) and integer sequence."""
+
+    name: str
+    host: str
+    kind: str
+    sequence: int
+
+
+class Contender(NamedTuple):
+    """A participant as stored in ZooKeeper, in queue order; ``identifier``/``pid`` None if unreadable."""
+
+    node: str
+    host: str
+    kind: str
+    sequence: int
+    identifier: Optional[str]
+    pid: Optional[int]
+
+
+def validate_path(path: object) -> str:
+    """Return ``path`` if it is a usable absolute ZooKeeper path for a lock, else raise."""
+    if not isinstance(path, str):
+        raise TypeError(f"lock path must be a str, got {type(path).__name__} {path!r}")
+    if not path.startswith("/"):
+        raise ValueError(f"lock path must be absolute (start with '/'), got {path!r}")
+    if path == "/":
+        raise ValueError("lock path must not be the root '/'")
+    if path.endswith("/"):
+        raise ValueError(f"lock path must not end with '/', got {path!r}")
+    parts = path[1:].split("/")
+    for part in parts:
+        if part == "":
+            raise ValueError(f"lock path has an empty segment ('//'): {path!r}")
+        if part in (".", ".."):
+            raise ValueError(f"lock path has a relative segment {part!r}: {path!r}")
+        if _CONTROL.search(part):
+            raise ValueError(f"lock path has a control character: {path!r}")
+    if parts[0] == "zookeeper":
+        raise ValueError(f"lock path must not be inside the reserved /zookeeper subtree: {path!r}")
+    return path
+
+
+def validate_label(what: str, value: object, *, allow_empty: bool = False) -> str:
+    """Return ``value`` if it is a str without ``/`` or control characters, else raise naming ``what``."""
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__} {value!r}")
+    if not value and not allow_empty:
+        raise ValueError(f"{what} must not be empty")
+    if "/" in value:
+        raise ValueError(f"{what} must not contain '/': {value!r}")
+    if _CONTROL.search(value):
+        raise ValueError(f"{what} must not contain control characters: {value!r}")
+    return value
+
+
+def validate_timeout(timeout: object) -> Optional[float]:
+    """Return ``timeout`` as a float (or None for no limit); reject negative, NaN and non-numbers."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
+    return float(timeout)
+
+
+def default_host() -> str:
+    """This machine's host name, made safe for a node name."""
+    return re.sub(r"[/\x00-\x1f\x7f]", "_", socket.gethostname()) or "host"
+
+
+def prefix(host: str, kind: str) -> str:
+    """The name a sequential create is given: ``<host>-<K>-``; ZooKeeper appends the sequence."""
+    return f"{host}-{kind}-"
+
+
+def parse(name: str) -> Optional[QueueNode]:
+    """Parse a queue child name from the right; None if it has no sequence suffix.
+
+    Names of other recipes with a sequence suffix (kazoo's ``<uuid>__lock__<seq>`` say) parse as kind
+    ``"W"`` with an empty host, so they block like writers instead of being ignored.
+    """
+    m = _SEQ.search(name)
+    if not m:
+        return None
+    seq = int(m.group(1))
+    head = name[: m.start()]
+    if head.endswith(("-R-", "-W-")):
+        return QueueNode(name, head[:-3], head[-2], seq)
+    return QueueNode(name, "", WRITE, seq)
+
+
+def sort_queue(children: list) -> list:
+    """Parse and order children by integer sequence, dropping names without one."""
+    nodes = [n for n in map(parse, children) if n is not None]
+    nodes.sort(key=lambda n: n.sequence)
+    return nodes
+
+
+def node_data(identifier: Optional[str], guid: str, host: str) -> bytes:
+    """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid."""
+    return json.dumps(
+        {
+            "host": host,
+            "pid": os.getpid(),
+            "thread": threading.current_thread().name,
+            "id": identifier,
+            "guid": guid,
+            "time": time.time(),
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def read_data(data: Optional[bytes]) -> dict:
+    """Decode node data written by :func:`node_data`; {} for anything else."""
+    try:
+        value = json.loads((data or b"").decode())
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def contender(node: QueueNode, data: Optional[bytes]) -> Contender:
+    """Build a :class:`Contender` from a parsed node and its data."""
+    d = read_data(data)
+    pid = d.get("pid")
+    ident = d.get("id")
+    return Contender(
+        node.name,
+        d.get("host") or node.host,
+        node.kind,
+        node.sequence,
+        ident if isinstance(ident, str) else None,
+        pid if isinstance(pid, int) else None,
+    )

@@ -1,0 +1,52 @@
+"""tenacity policies for transient ZooKeeper errors, bounded by the caller's deadline.
+
+Only idempotent steps are retried (reads, deletes, exists, create-then-find-by-guid); the policy retries
+``ConnectionLoss`` and ``OperationTimeoutError`` with jittered exponential backoff and never runs past the
+acquire's deadline. Pass your own ``tenacity.Retrying`` as ``retry=`` to a lock to change the backoff or
+the attempt limit; the deadline still applies on top of it.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional, TypeVar
+
+import tenacity
+from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
+
+T = TypeVar("T")
+TRANSIENT = (ConnectionLoss, OperationTimeoutError)
+
+
+def default_policy() -> tenacity.Retrying:
+    """Retry transient errors every 50 ms growing to 1 s, with jitter, for at most 5 minutes."""
+    return tenacity.Retrying(
+        retry=tenacity.retry_if_exception_type(TRANSIENT),
+        wait=tenacity.wait_exponential_jitter(initial=0.05, max=1.0, jitter=0.05),
+        stop=tenacity.stop_after_delay(300),
+        reraise=True,
+    )
+
+
+def validate_policy(policy: object) -> Optional[tenacity.Retrying]:
+    """Return ``policy`` if it is None or a ``tenacity.Retrying``, else raise TypeError naming it."""
+    if policy is not None and not isinstance(policy, tenacity.Retrying):
+        raise TypeError(f"retry must be a tenacity.Retrying or None, got {policy!r}")
+    return policy
+
+
+class _StopAtDeadline(tenacity.stop.stop_base):
+    def __init__(self, deadline: Optional[float]) -> None:
+        self.deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+
+def call(
+    fn: Callable[..., T], *args, deadline: Optional[float] = None, policy: Optional[tenacity.Retrying] = None, **kw
+) -> T:
+    """Call ``fn(*args, **kw)``, retrying transient ZooKeeper errors until ``deadline`` (monotonic)."""
+    base = policy or default_policy()
+    retrying = base.copy(stop=base.stop | _StopAtDeadline(deadline), reraise=True)
+    return retrying(fn, *args, **kw)

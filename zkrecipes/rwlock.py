@@ -1,0 +1,75 @@
+"""ReadWriteLock: readers share, writers exclude, and a queued writer blocks readers behind it."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from kazoo.client import KazooClient
+
+from . import naming
+from .fair import FairLock, predecessor
+from .naming import QueueNode
+
+
+def nearest_writer(ahead: list, me: QueueNode) -> Optional[QueueNode]:
+    """Wait-rule of readers: blocked by the nearest ``W`` node ahead, if any."""
+    for node in reversed(ahead):
+        if node.kind == naming.WRITE:
+            return node
+    return None
+
+
+class ReadLock(FairLock):
+    """The read side of a :class:`ReadWriteLock` (``<host>-R-<seq>`` nodes); same API as FairLock.
+
+    Held when no writer is ahead in the queue; many readers hold at once. Local threads share one
+    read node. A thread holding the write lock may take the read lock (downgrade); a thread holding
+    only the read lock gets LockError from the write side (an upgrade would deadlock).
+    """
+
+    _kind = naming.READ
+
+    def _rule(self, ahead: list, me: QueueNode) -> Optional[QueueNode]:
+        return nearest_writer(ahead, me)
+
+
+class WriteLock(FairLock):
+    """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
+
+    _kind = naming.WRITE
+
+    def _rule(self, ahead: list, me: QueueNode) -> Optional[QueueNode]:
+        return predecessor(ahead, me)
+
+
+class ReadWriteLock:
+    """A fair distributed read/write lock: ``with ReadWriteLock(zk, "/shared_lock").read(): ...``.
+
+    Readers share the lock; a writer holds it alone. Queue order decides: a reader waits only for the
+    nearest writer ahead of it, a writer for its immediate predecessor, so a queued writer blocks
+    readers that arrive after it (no writer starvation). ``write()`` and ``FairLock`` on one path are
+    the same queue. Downgrade: while holding ``write()``, take ``read()`` and then release the write
+    side; the write node stays until the read is released, so no queued writer slips in between.
+    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``) go to
+    both sides.
+    """
+
+    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs) -> None:
+        self._read = ReadLock(client, path, identifier, **kwargs)
+        self._write = WriteLock(client, path, identifier, **kwargs)
+        self.path = self._read.path
+
+    def read(self) -> ReadLock:
+        """The shared (read) side; the same object on every call."""
+        return self._read
+
+    def write(self) -> WriteLock:
+        """The exclusive (write) side; the same object on every call."""
+        return self._write
+
+    def contenders(self) -> list:
+        """Every reader and writer in queue order."""
+        return self._read.contenders()
+
+    def __repr__(self) -> str:
+        return f"<ReadWriteLock {self.path!r} read={self._read.state} write={self._write.state}>"

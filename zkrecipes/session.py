@@ -1,0 +1,214 @@
+"""Session state fan-out: one watcher per KazooClient, and the state machine of one hold.
+
+``SessionWatcher.of(client)`` registers a single kazoo listener that only enqueues; a dispatcher thread
+turns kazoo states into ``"suspended"``, ``"connected"`` and ``"lost"`` events for subscribers, so no
+subscriber ever runs on (or blocks) kazoo's threads. A suspension that outlasts the session timeout is
+reported as ``"lost"`` without waiting to reach ZooKeeper again: by then the server may have expired the
+session and handed the lock to someone else.
+
+A :class:`Hold` follows one acquired node through::
+
+    held --(connection drops)--> suspended --(session expires, or suspended past the timeout)--> lost
+      ^                              |
+      +-- reconnected, same session, node verified ours --+
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+import weakref
+from typing import Callable, Optional
+
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+log = logging.getLogger("zkrecipes.session")
+
+SUSPENDED = "suspended"
+CONNECTED = "connected"
+LOST = "lost"
+
+Subscriber = Callable[[str], None]
+
+
+def session_id(client: KazooClient) -> Optional[int]:
+    """The client's current session id, or None while it has none."""
+    cid = client.client_id
+    return cid[0] if cid and client.connected else None
+
+
+class SessionWatcher:
+    """Fan-out of one client's connection states to subscribers, on a dispatcher thread."""
+
+    _registry: "weakref.WeakKeyDictionary[KazooClient, SessionWatcher]" = weakref.WeakKeyDictionary()
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def of(cls, client: KazooClient) -> "SessionWatcher":
+        """The watcher of ``client`` (created on first use)."""
+        with cls._registry_lock:
+            w = cls._registry.get(client)
+            if w is None:
+                w = cls._registry[client] = cls(client)
+            return w
+
+    def __init__(self, client: KazooClient) -> None:
+        self._client_ref = weakref.ref(client)
+        self._subs: set = set()
+        self._lock = threading.Lock()
+        self._events: "queue.Queue[tuple[str, Optional[int]]]" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._suspended_at: Optional[float] = None
+        self._timeout = client._session_timeout / 1000.0
+        self.last_session: Optional[int] = session_id(client)
+        client.add_listener(self._on_kazoo_state)
+
+    # kazoo's thread: never block here
+    def _on_kazoo_state(self, state: str) -> None:
+        client = self._client_ref()
+        sid = client.client_id[0] if client is not None and client.client_id else None
+        self._events.put((state, sid))
+
+    def subscribe(self, fn: Subscriber) -> None:
+        """Call ``fn(event)`` for every later event, on the dispatcher thread, until unsubscribed."""
+        with self._lock:
+            self._subs.add(fn)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="zkrecipes-session", daemon=True)
+                self._thread.start()
+
+    def unsubscribe(self, fn: Subscriber) -> None:
+        """Stop calling ``fn``; unknown functions are ignored."""
+        with self._lock:
+            self._subs.discard(fn)
+
+    def _emit(self, event: str) -> None:
+        with self._lock:
+            subs = list(self._subs)
+        for fn in subs:
+            try:
+                fn(event)
+            except Exception:  # a subscriber's bug must not stop the fan-out
+                log.exception("session subscriber %r failed on %s", fn, event)
+
+    def _run(self) -> None:
+        idle_since = time.monotonic()
+        while True:
+            wait = 0.5
+            if self._suspended_at is not None:
+                wait = max(0.0, min(wait, self._suspended_at + self._timeout - time.monotonic()))
+            try:
+                state, sid = self._events.get(timeout=wait)
+            except queue.Empty:
+                if self._suspended_at is not None and time.monotonic() >= self._suspended_at + self._timeout:
+                    log.warning("suspended longer than the session timeout (%.1f s): holds are lost", self._timeout)
+                    self._suspended_at = None
+                    self._emit(LOST)
+                with self._lock:
+                    if self._subs:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > 2.0 and self._events.empty():
+                        self._thread = None
+                        return
+                continue
+            if state == KazooState.SUSPENDED:
+                if self._suspended_at is None:
+                    self._suspended_at = time.monotonic()
+                self._emit(SUSPENDED)
+            elif state == KazooState.LOST:
+                self._suspended_at = None
+                self._emit(LOST)
+            elif state == KazooState.CONNECTED:
+                self._suspended_at = None
+                if self.last_session is not None and sid != self.last_session:
+                    self._emit(LOST)
+                self.last_session = sid
+                self._emit(CONNECTED)
+
+
+HELD = "held"
+
+
+class Hold:
+    """One acquired node and what is known about it: ``held``, ``suspended`` or ``lost`` (final).
+
+    ``verify()`` is called on reconnection with the same session and must say whether the node still
+    exists and belongs to this session; ``cleanup()`` removes a node that outlived a hold declared lost
+    locally. ``on_change(state)`` is called on every transition, on the dispatcher thread (or the thread
+    that calls :meth:`mark_lost`).
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        node: str,
+        token: int,
+        session: int,
+        verify: Callable[["Hold"], bool],
+        cleanup: Callable[["Hold"], None],
+    ) -> None:
+        self.client = client
+        self.node = node
+        self.token = token
+        self.session = session
+        self.state = HELD
+        self.released = False
+        self._verify = verify
+        self._cleanup = cleanup
+        self._listeners: list = []
+        self._lock = threading.Lock()
+        self._watcher = SessionWatcher.of(client)
+        self._watcher.subscribe(self._on_event)
+
+    def add_listener(self, fn: Callable[[str], None]) -> None:
+        with self._lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[str], None]) -> None:
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    def _set(self, state: str) -> None:
+        with self._lock:
+            if self.state == state or self.state == LOST:
+                return
+            self.state = state
+            listeners = list(self._listeners)
+        log.info("hold %s: %s", self.node, state)
+        for fn in listeners:
+            fn(state)
+
+    def mark_lost(self) -> None:
+        """Declare this hold lost (final). Its node, if it still exists, is removed on reconnection."""
+        self._set(LOST)
+
+    def close(self) -> None:
+        """Released by its owner: stop following the session (a lost hold waits to clean up first)."""
+        self.released = True
+        if self.state != LOST:
+            self._watcher.unsubscribe(self._on_event)
+
+    def _on_event(self, event: str) -> None:
+        if event in (SUSPENDED, LOST):
+            if not self.released:
+                self._set(event)
+            return
+        if event != CONNECTED:
+            return
+        if session_id(self.client) != self.session:
+            self._watcher.unsubscribe(self._on_event)
+            self._set(LOST)
+        elif self.state == LOST:
+            self._watcher.unsubscribe(self._on_event)
+            self._cleanup(self)
+        elif not self.released:
+            try:
+                ok = self._verify(self)
+            except Exception:
+                log.exception("could not verify %s after reconnecting", self.node)
+                ok = False
+            self._set(HELD if ok else LOST)
