@@ -12,4 +12,12 @@ Importing this package needs neither pytest nor a running server.
 from .ensemble import Ensemble, ZooKeeperNotFound, find_classpath, four_letter, free_ports
 from .faults import Partition, expire_session
 
-__all__ = ["Ensemble", "Partition", "ZooKeeperNotFound", "expire_session", "find_classpath", "four_letter", "free_ports"]
+__all__ = [
+    "Ensemble",
+    "Partition",
+    "ZooKeeperNotFound",
+    "expire_session",
+    "find_classpath",
+    "four_letter",
+    "free_ports",
+]

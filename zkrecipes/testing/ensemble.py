@@ -179,7 +179,7 @@ class Ensemble:
 
     def host(self, i: int) -> str:
         """Connect string of server ``i`` alone."""
-        return f"127.0.0.1:{self.client_ports[i]}"
+        return f"127.0.0.1:{self.client_ports[self._index(i)]}"
 
     def _dir(self, i: int) -> str:
         return os.path.join(self.workdir, f"server{i + 1}")
@@ -296,11 +296,15 @@ class Ensemble:
         """Wait until the given servers (default: all running ones) serve and a leader exists."""
         deadline = time.monotonic() + timeout
         while True:
-            idx = [k for k in range(self.size) if self.running(k)] if indexes is None else list(indexes)
+            if indexes is None:
+                idx = [k for k in range(self.size) if self.running(k)]
+            else:
+                idx = [self._index(k) for k in indexes]
             for k in idx:
                 p = self._procs[k]
                 if p is not None and p.poll() is not None:
-                    raise RuntimeError(f"ZooKeeper server {k} exited with {p.returncode}; see {self._dir(k)}/server.log")
+                    log_path = os.path.join(self._dir(k), "server.log")
+                    raise RuntimeError(f"ZooKeeper server {k} exited with {p.returncode}; see {log_path}")
             if all(self.serving(k) for k in idx) and self.leader() is not None:
                 return
             if time.monotonic() > deadline:

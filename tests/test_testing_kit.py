@@ -1,0 +1,300 @@
+"""The public test kit (zkrecipes.testing) against real ZooKeeper servers.
+
+These tests check what users of the kit rely on: that the faults it injects really happen (a killed
+leader, an expired session, a cut link) and that an Ensemble cleans up after itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.protocol.states import KazooState
+
+from zkrecipes.testing import Ensemble, Partition, expire_session
+
+# Reconnect quickly while a Partition is cut, so healing is noticed in well under a second
+# (kazoo's default backoff doubles up to an hour).
+FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    """Poll ``predicate`` until it is true; fail the test with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout} s: {what}")
+        time.sleep(0.02)
+
+
+class StateLog:
+    """Records every KazooState a client reports, and waits for one with a deadline."""
+
+    def __init__(self, client) -> None:
+        self.seen: list[str] = []
+        self._cond = threading.Condition()
+        client.add_listener(self._on_state)
+
+    def _on_state(self, state: str) -> None:
+        with self._cond:
+            self.seen.append(state)
+            self._cond.notify_all()
+
+    def mark(self) -> int:
+        with self._cond:
+            return len(self.seen)
+
+    def wait_for(self, state: str, since: int = 0, timeout: float = 15.0) -> int:
+        """Return the index of the first ``state`` recorded at or after ``since``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for k in range(since, len(self.seen)):
+                    if self.seen[k] == state:
+                        return k
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    pytest.fail(f"no {state} within {timeout} s (states since #{since}: {self.seen[since:]})")
+                self._cond.wait(remaining)
+
+
+def session_id(client) -> int:
+    cid = client.client_id
+    assert cid is not None, "client has no live session"
+    return cid[0]
+
+
+def pid_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+# -- Ensemble: killing the leader -------------------------------------------------------------------------
+
+
+def test_killing_the_leader_keeps_the_ensemble_serving(zk_local_ensemble, zk, zk_factory):
+    ens = zk_local_ensemble
+    ens.wait_serving(timeout=60)
+    zk.create("/before", b"written before the crash")
+    old_session = session_id(zk)
+
+    old_leader = ens.leader()
+    assert old_leader is not None
+    assert ens.mode(old_leader) == "leader"
+    old_pid = ens.pids()[old_leader]
+    assert old_pid is not None
+    try:
+        ens.kill(old_leader)
+        assert not ens.running(old_leader)
+        assert ens.pids()[old_leader] is None
+        assert pid_gone(old_pid), "kill() returned but the server process still exists"
+
+        ens.wait_serving(timeout=60)  # the two survivors serve and elect a leader
+        new_leader = ens.leader()
+        assert new_leader is not None and new_leader != old_leader
+        assert ens.mode(new_leader) == "leader"
+
+        fresh = zk_factory()
+        assert fresh.get("/before")[0] == b"written before the crash"
+        fresh.create("/after", b"written after the crash")
+
+        # The client that may have been on the dead leader reconnects, keeps its session, sees the write.
+        wait_until(lambda: zk.connected, 30, "old client reconnected")
+        assert session_id(zk) == old_session
+        assert zk.retry(zk.get, "/after")[0] == b"written after the crash"
+    finally:
+        if not ens.running(old_leader):
+            ens.start(old_leader)
+        ens.wait_serving(timeout=60)
+    assert ens.serving(old_leader)
+    assert all(ens.serving(k) for k in range(ens.size))
+    new_pid = ens.pids()[old_leader]
+    assert new_pid is not None and new_pid != old_pid
+
+
+# -- expire_session -----------------------------------------------------------------------------------------
+
+
+def test_expire_session_loses_session_and_ephemerals(zk, zk_factory):
+    observer = zk_factory()
+    states = StateLog(zk)
+
+    zk.create("/eph", b"mine", ephemeral=True)
+    assert observer.exists("/eph") is not None
+    old_session = session_id(zk)
+
+    expire_session(zk, timeout=30)
+
+    k = states.wait_for(KazooState.LOST, timeout=5)
+    states.wait_for(KazooState.CONNECTED, since=k + 1, timeout=5)
+    assert zk.connected
+    assert session_id(zk) != old_session
+    # ZooKeeper deletes an expired session's ephemerals; another client must not see it.
+    assert observer.exists("/eph") is None
+    # The client is usable again on its new session.
+    zk.create("/eph", b"again", ephemeral=True)
+    assert observer.get("/eph")[0] == b"again"
+
+
+def test_expire_session_rejects_unusable_clients(zk_factory):
+    with pytest.raises(TypeError, match="KazooClient"):
+        expire_session("127.0.0.1:2181")
+    not_started = zk_factory(start=False)
+    with pytest.raises(ValueError, match="connected"):
+        expire_session(not_started)
+
+
+# -- Partition -----------------------------------------------------------------------------------------------
+
+
+def test_partition_cut_and_quick_heal_keeps_the_session(zk_ensemble, zk_factory):
+    observer = zk_factory()
+    with Partition(zk_ensemble.hosts) as p:
+        assert p.hosts == f"127.0.0.1:{p.port}"
+        client = zk_factory(hosts=p.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+        states = StateLog(client)
+        client.create("/eph", b"x", ephemeral=True)
+        sid = session_id(client)
+
+        p.cut()
+        assert p.is_cut
+        k = states.wait_for(KazooState.SUSPENDED, timeout=5)
+        assert not client.connected
+        p.heal()
+        assert not p.is_cut
+        states.wait_for(KazooState.CONNECTED, since=k + 1, timeout=3.5)  # well within the 4 s session
+
+        assert KazooState.LOST not in states.seen
+        assert session_id(client) == sid
+        assert observer.exists("/eph") is not None, "ephemeral lost although the session survived"
+        assert client.get("/eph")[0] == b"x"
+        client.stop()
+
+
+def test_partition_cut_past_session_timeout_loses_the_session(zk_ensemble, zk_factory):
+    observer = zk_factory()
+    with Partition(zk_ensemble.hosts) as p:
+        client = zk_factory(hosts=p.hosts, timeout=2.0, connection_retry=FAST_RECONNECT)
+        states = StateLog(client)
+        client.create("/eph", b"x", ephemeral=True)
+        sid = session_id(client)
+
+        p.cut()
+        states.wait_for(KazooState.SUSPENDED, timeout=5)
+        # While cut, the client cannot reach the servers, so the server expires the session: its
+        # ephemeral node disappears for everyone else.
+        wait_until(lambda: observer.exists("/eph") is None, 20, "server expired the cut-off session")
+        assert not client.connected
+        mark = states.mark()
+        p.heal()
+
+        k = states.wait_for(KazooState.LOST, timeout=10)
+        states.wait_for(KazooState.CONNECTED, since=max(k, mark) + 1, timeout=10)
+        assert session_id(client) != sid
+        assert client.exists("/eph") is None
+        client.stop()
+
+
+# -- Ensemble basics -----------------------------------------------------------------------------------------
+
+
+def test_single_server_ensemble_starts_serves_and_cleans_up():
+    with Ensemble(size=1) as ens:
+        assert ens.running(0) and ens.serving(0)
+        assert ens.mode(0) == "standalone"
+        assert ens.leader() == 0
+        pid = ens.pids()[0]
+        workdir = ens.workdir
+        assert pid is not None and not pid_gone(pid)
+        assert os.path.isdir(workdir)
+        client = KazooClient(hosts=ens.hosts, timeout=4.0)
+        client.start(timeout=30)
+        try:
+            client.create("/hello", b"world")
+            assert client.get("/hello")[0] == b"world"
+        finally:
+            client.stop()
+            client.close()
+
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+    assert not os.path.exists(workdir)
+    assert ens.pids() == [None]
+    with pytest.raises(RuntimeError, match="closed"):
+        ens.start()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "shown"),
+    [
+        ({"size": 0}, "0"),
+        ({"size": -2}, "-2"),
+        ({"size": "3"}, "'3'"),
+        ({"tick_ms": "x"}, "'x'"),
+        ({"tick_ms": 5}, "5"),
+    ],
+)
+def test_ensemble_rejects_invalid_arguments(kwargs, shown):
+    name = next(iter(kwargs))
+    with pytest.raises(ValueError, match=rf"{name}.*got {shown}$"):
+        Ensemble(**kwargs)
+
+
+def test_server_index_out_of_range_raises_value_error():
+    ens = Ensemble(size=1)  # configured, not started
+    try:
+        calls = [ens.start, ens.stop, ens.kill, ens.pause, ens.resume, ens.running, ens.mode, ens.host]
+        calls.append(lambda i: ens.wait_serving([i], timeout=0.1))
+        for call in calls:
+            for bad in (1, -1, 7):
+                with pytest.raises(ValueError, match=rf"0\.\.0, got {bad}$"):
+                    call(bad)
+        assert ens.host(0) == f"127.0.0.1:{ens.client_ports[0]}"
+        assert ens.pids() == [None]  # nothing was started by the bad calls
+    finally:
+        ens.close()
+    assert not os.path.exists(ens.workdir)
+
+
+# -- import without pytest -----------------------------------------------------------------------------------
+
+
+def test_kit_imports_without_pytest():
+    code = (
+        "import sys; sys.modules['pytest'] = None\n"
+        "import zkrecipes.testing as t\n"
+        "assert t.Ensemble and t.Partition and t.expire_session\n"
+        "try:\n"
+        "    import zkrecipes.testing.pytest_plugin\n"
+        "except ImportError:\n"
+        "    print('blocked')\n"
+        "else:\n"
+        "    print('pytest was importable')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    # The plugin (which does need pytest) failing proves pytest really was blocked in the child.
+    assert r.stdout.strip() == "blocked"
+
+
+def test_zk_fixture_is_chrooted_to_a_fresh_namespace(zk, zk_namespace, zk_ensemble):
+    assert zk_namespace.startswith("/zkrecipes-test/")
+    name = f"n-{uuid.uuid4().hex[:6]}"
+    zk.create(f"/{name}", b"v")
+    root = KazooClient(hosts=zk_ensemble.hosts, timeout=4.0)
+    root.start(timeout=30)
+    try:
+        assert root.get(f"{zk_namespace}/{name}")[0] == b"v"
+        assert root.get_children(zk_namespace) == [name]
+    finally:
+        root.stop()
+        root.close()
