@@ -316,8 +316,14 @@ class Queue:
         ahead = [n for n in naming.sort_queue(children) if n.sequence < entry.node.sequence]
         return entry, ahead
 
-    def acquire(self, waiter: Waiter, host: str, kind: str, identifier: Optional[str], rule: Rule) -> Entry:
-        """Enqueue and wait until ``rule`` finds no blocker. Raises DeadlinePassed/Cancelled (node removed)."""
+    def acquire(
+        self, waiter: Waiter, host: str, kind: str, identifier: Optional[str], rule: Rule, confirm: bool = False
+    ) -> Entry:
+        """Enqueue and wait until ``rule`` finds no blocker. Raises DeadlinePassed/Cancelled (node removed).
+
+        With ``confirm`` (leader election), our node is read back before returning: it must still exist
+        and belong to our current session (a node of a dying session is never taken for ours).
+        """
         entry = None
         try:
             while True:
@@ -330,6 +336,9 @@ class Queue:
                     continue
                 blocker = rule(ahead, entry.node)
                 if blocker is None:
+                    if confirm and not self._confirm(waiter, entry):
+                        entry = None
+                        continue
                     return entry
                 path = f"{self.path}/{blocker.name}"
                 try:
@@ -349,6 +358,13 @@ class Queue:
             raise
         finally:
             waiter.unwatch()
+
+    def _confirm(self, waiter: Waiter, entry: Entry) -> bool:
+        try:
+            stat = waiter.call(lambda: self.client.exists_async(entry.path))
+        except SessionExpiredError:
+            return False
+        return stat is not None and stat.ephemeralOwner == entry.session == session_id(self.client)
 
     def delete(self, path: str, session: Optional[int] = None, timeout: float = 30.0) -> None:
         """Delete our node (idempotent), unless it belongs to a session other than ``session``."""
