@@ -4,6 +4,7 @@ Exclusive, fair and read/write locks and leader election on one queue engine, wi
 notification and fencing tokens.
 """
 
+from .election import LeaderElection, LeaderWatch
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .exclusive import ExclusiveLock
 from .fair import FairLock
@@ -16,6 +17,8 @@ __all__ = [
     "Contender",
     "ExclusiveLock",
     "FairLock",
+    "LeaderElection",
+    "LeaderWatch",
     "LockCancelled",
     "LockError",
     "LockLost",

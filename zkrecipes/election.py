@@ -1,0 +1,326 @@
+"""LeaderElection: candidates queue on the same engine as FairLock; the head of the queue leads.
+
+Each candidate watches only its predecessor, so a change of leader wakes one process, not all of them.
+Before it reports leadership a candidate reads its node back and checks that it still belongs to its
+current session (a node of an expired session is never mistaken for ours; cf. CURATOR-696).
+
+The pattern for a leader's side effects: call :meth:`LeaderElection.check` before each one (it raises
+:class:`~zkrecipes.LockLost` once leadership is lost or uncertain) and pass :attr:`LeaderElection.token`
+to the system you write to, which rejects tokens lower than the highest it has seen.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.security import ACL
+
+from . import naming, retry
+from ._queue import Cancelled, DeadlinePassed, Queue, Waiter
+from .errors import LockError, LockLost
+from .fair import predecessor
+from .naming import Contender
+from .session import HELD, LOST, SUSPENDED, Hold, session_id
+
+log = logging.getLogger("zkrecipes.election")
+
+IDLE = "idle"
+CANDIDATE = "candidate"
+LEADER = "leader"
+
+ElectionListener = Callable[["LeaderElection", str], None]
+
+
+class LeaderElection:
+    """Leader election among the candidates of ``path``; at most one leader at a time.
+
+    ``LeaderElection(zk, "/election/reports", identifier="worker-7")`` -- also ``host=``, ``acl=``,
+    ``retry=`` and ``tolerate_suspended=`` as for :class:`~zkrecipes.FairLock`.
+
+    States (told to listeners as ``fn(election, state)``, never on kazoo's threads): ``"idle"``,
+    ``"candidate"``, ``"leader"``, ``"suspended"`` (connection dropped; leadership uncertain),
+    ``"lost"`` (session expired or suspended past the session timeout: another candidate may lead now).
+    Unlike a lock, :meth:`resign` and :meth:`cancel` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[list] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+    ) -> None:
+        if not isinstance(client, KazooClient):
+            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
+        self.path = naming.validate_path(path)
+        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
+        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
+        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
+            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
+        if not isinstance(tolerate_suspended, bool):
+            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
+        self.client = client
+        self.tolerate_suspended = tolerate_suspended
+        self.retry = _retry.validate_policy(retry)
+        self.lost = threading.Event()
+        self._queue = Queue(client, self.path, list(acl) if acl else None, self.retry)
+        self._lock = threading.Lock()
+        self._hold: Optional[Hold] = None
+        self._waiter: Optional[Waiter] = None
+        self._cancel = threading.Event()
+        self._state = IDLE
+        self._listeners: list = []
+
+    # -- campaigning -------------------------------------------------------------------------------
+    def campaign(self, timeout: Optional[float] = None) -> bool:
+        """Become a candidate and wait until leader; True once leader (at once if already leader).
+
+        Returns False when ``timeout`` passes or :meth:`cancel`/:meth:`resign` is called meanwhile; our
+        node is then deleted. Raises LockError if another thread is already campaigning.
+        """
+        timeout = naming.validate_timeout(timeout)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            if self._hold is not None and self._hold.state != LOST:
+                return True
+            if self._waiter is not None:
+                raise LockError(f"{self.path}: another thread is already campaigning with this election")
+            self._drop_hold()
+            self._cancel.clear()
+            self.lost.clear()
+            waiter = self._waiter = Waiter(self.client, deadline, self._cancel, self.retry)
+        self._set_state(CANDIDATE)
+        entry = None
+        try:
+            entry = self._queue.acquire(waiter, self.host, naming.WRITE, self.identifier, predecessor, confirm=True)
+        except (DeadlinePassed, Cancelled):
+            pass
+        finally:
+            waiter.close()
+            with self._lock:
+                self._waiter = None
+                if entry is not None:
+                    self._hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup)
+                    if session_id(self.client) != entry.session:
+                        self._hold.state = SUSPENDED
+                    self._hold.add_listener(self._on_hold)
+            if entry is None:
+                self._set_state(IDLE)
+        if entry is None:
+            return False
+        log.info("%s: leader as %s (token %d)", self.path, entry.path, entry.token)
+        self._on_hold(self._hold.state)
+        return True
+
+    def resign(self) -> None:
+        """Leave the queue: a pending :meth:`campaign` returns False; a leader deletes its node and the
+        next candidate in line takes over. Idempotent; callable from any thread."""
+        self.cancel()
+        with self._lock:
+            hold = self._drop_hold()
+        if hold is not None:
+            self._set_state(IDLE)
+
+    def cancel(self) -> None:
+        """Stop a pending :meth:`campaign` (it returns False); leadership already held is kept."""
+        self._cancel.set()
+        waiter = self._waiter
+        if waiter is not None:
+            waiter.wake.set()
+
+    def _drop_hold(self) -> Optional[Hold]:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.remove_listener(self._on_hold)
+            if hold.state != LOST:
+                self._queue.delete(hold.node, hold.session)
+            hold.close()
+        return hold
+
+    def run(self, func: Callable[..., Any], *args: Any, requeue: bool = False, **kwargs: Any) -> Any:
+        """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
+
+        Returns what ``func`` returned. With ``requeue=True`` campaign again after each term (a worker
+        pool keeps a leader) until :meth:`cancel` or :meth:`resign` is called from another thread or
+        ``func`` raises; returns None then. ``func`` learns of a lost leadership only by asking:
+        :meth:`check` or :attr:`lost`.
+        """
+        if not callable(func):
+            raise TypeError(f"func must be callable, got {func!r}")
+        if not isinstance(requeue, bool):
+            raise TypeError(f"requeue must be a bool, got {requeue!r}")
+        while True:
+            if not self.campaign():
+                return None
+            try:
+                result = func(*args, **kwargs)
+            finally:
+                with self._lock:
+                    hold = self._drop_hold()
+                if hold is not None:
+                    self._set_state(IDLE)
+            if not requeue:
+                return result
+            if self._cancel.is_set():
+                return None
+
+    # -- hold state --------------------------------------------------------------------------------
+    def _verify(self, hold: Hold) -> bool:
+        stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
+        return stat is not None and stat.ephemeralOwner == hold.session
+
+    def _cleanup(self, hold: Hold) -> None:
+        if self._verify(hold):
+            self._queue.delete(hold.node, hold.session)
+
+    def _on_hold(self, state: str) -> None:
+        if state == LOST:
+            self.lost.set()
+        self._set_state(LEADER if state == HELD else state)
+
+    def _set_state(self, state: str) -> None:
+        with self._lock:
+            if self._state == state:
+                return
+            self._state = state
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(self, state)
+            except Exception:
+                log.exception("election listener %r failed", fn)
+
+    def add_listener(self, fn: ElectionListener) -> None:
+        """Call ``fn(election, state)`` on every state change (off kazoo's threads; keep it short)."""
+        if not callable(fn):
+            raise TypeError(f"listener must be callable, got {fn!r}")
+        with self._lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: ElectionListener) -> None:
+        """Stop calling ``fn``; unknown functions are ignored."""
+        with self._lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    @property
+    def state(self) -> str:
+        """``"idle"``, ``"candidate"``, ``"leader"``, ``"suspended"`` or ``"lost"``."""
+        return self._state
+
+    @property
+    def is_leader(self) -> bool:
+        """True only while leadership is certain."""
+        hold = self._hold
+        return hold is not None and hold.state == HELD
+
+    @property
+    def token(self) -> Optional[int]:
+        """Fencing token while leader (the czxid of our node), else None."""
+        hold = self._hold
+        return hold.token if hold is not None and hold.state != LOST else None
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of our node while leader, else None."""
+        hold = self._hold
+        return hold.node if hold is not None else None
+
+    def check(self) -> None:
+        """Return if leadership is certain; raise LockLost if lost, uncertain (suspended, unless
+        ``tolerate_suspended``) or not held."""
+        hold = self._hold
+        if hold is None:
+            raise LockLost(f"{self.path}: not the leader")
+        if hold.state == LOST:
+            raise LockLost(f"{self.path}: leadership lost ({hold.node}): the session ended")
+        if hold.state == SUSPENDED and not self.tolerate_suspended:
+            raise LockLost(f"{self.path}: leadership uncertain ({hold.node}): connection suspended")
+
+    # -- observing ---------------------------------------------------------------------------------
+    def contenders(self) -> list:
+        """Candidates in queue order (the first is the leader)."""
+        try:
+            return self._queue.contenders()
+        except NoNodeError:
+            return []
+
+    def leader(self) -> Optional[Contender]:
+        """Who leads now (readable by anyone, candidate or not), or None."""
+        c = self.contenders()
+        return c[0] if c else None
+
+    def watch_leader(self, fn: Callable[[Optional[Contender]], None]) -> "LeaderWatch":
+        """Call ``fn(leader_or_None)`` now and whenever the leader changes, from a thread of its own,
+        until the returned :class:`LeaderWatch` is stopped. For observers that are not candidates."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        return LeaderWatch(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<LeaderElection {self.path!r} state={self._state}>"
+
+
+class LeaderWatch:
+    """Follows the leader of an election on a background thread; :meth:`stop` ends it."""
+
+    def __init__(self, election: LeaderElection, fn: Callable[[Optional[Contender]], None]) -> None:
+        self._election = election
+        self._fn = fn
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zkrecipes-leader-watch", daemon=True)
+        self._thread.start()
+
+    def _on_watch(self, event: Any) -> None:
+        self._changed.set()
+
+    def _run(self) -> None:
+        client, path = self._election.client, self._election.path
+        last: Any = object()
+        while not self._stop.is_set():
+            self._changed.clear()
+            try:
+                try:
+                    children = client.get_children(path, watch=self._on_watch)
+                except NoNodeError:
+                    if client.exists(path, watch=self._on_watch) is not None:
+                        continue
+                    children = []
+                leader = self._election.leader() if children else None
+            except retry.TRANSIENT + (LockError,):
+                self._stop.wait(0.2)
+                continue
+            except Exception:
+                log.exception("leader watch on %s failed; retrying", path)
+                self._stop.wait(0.5)
+                continue
+            key = leader.node if leader else None
+            if key != last:
+                last = key
+                try:
+                    self._fn(leader)
+                except Exception:
+                    log.exception("leader watch callback %r failed", self._fn)
+            while not self._changed.wait(0.5):
+                if self._stop.is_set():
+                    return
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop following and wait for the thread to end."""
+        self._stop.set()
+        self._changed.set()
+        self._thread.join(timeout)
+
+
+_retry = retry
