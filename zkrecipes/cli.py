@@ -1,0 +1,476 @@
+"""Command line: ``zkrecipes lock | elect | status | demo``.
+
+Run a command only while a lock or leadership is held, see who holds what, or watch a demo.
+
+Exit codes: the command's own status (128+N if it died of signal N); 2 bad usage or input; 69 ZooKeeper
+unreachable (or no local ZooKeeper for the demo); 75 timed out waiting, or the hold was lost while the
+command ran (it got SIGTERM, then SIGKILL after ``--grace``); 126/127 command not executable / not found;
+130 interrupted while waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Callable, Optional, Sequence
+
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 69
+EXIT_TEMPFAIL = 75
+EXIT_NOEXEC = 126
+EXIT_NOTFOUND = 127
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES = f"""exit codes:
+  N    the command's own exit status (128+S if it died of signal S)
+  {EXIT_USAGE}    bad usage or input (path, missing command, ...)
+  {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
+  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership was lost while the command ran
+  {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
+  {EXIT_INTERRUPTED}  interrupted while waiting
+"""
+
+log = logging.getLogger("zkrecipes.cli")
+
+
+class CliError(Exception):
+    """A failure to report as one line and an exit code (never a traceback)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _fail(message: str, code: int) -> "CliError":
+    return CliError(message, code)
+
+
+# -- connection --------------------------------------------------------------------------------------
+def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float):
+    """A started KazooClient, or CliError naming the hosts and the time waited."""
+    from kazoo.client import KazooClient
+    from kazoo.handlers.threading import KazooTimeoutError
+
+    hosts = hosts or os.environ.get("ZK_HOSTS")
+    if not hosts:
+        raise _fail("no ZooKeeper hosts: pass --hosts H or set ZK_HOSTS (e.g. 127.0.0.1:2181)", EXIT_USAGE)
+    try:
+        client = KazooClient(hosts=hosts, timeout=session_timeout)
+    except (ValueError, TypeError) as exc:
+        raise _fail(f"bad --hosts {hosts!r}: {exc}", EXIT_USAGE) from None
+    try:
+        client.start(timeout=connect_timeout)
+    except KazooTimeoutError:
+        client.stop()
+        client.close()
+        raise _fail(f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g} s", EXIT_UNAVAILABLE) from None
+    return client
+
+
+def _close(client) -> None:
+    try:
+        client.stop()
+    finally:
+        client.close()
+
+
+# -- running a command under a hold ----------------------------------------------------------------
+def _child_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describe_loss: Callable[[], str],
+             grace: float) -> int:
+    """Run ``cmd`` while ``lost`` is not set; on loss SIGTERM it (SIGKILL after ``grace``) and exit 75.
+
+    SIGINT/SIGTERM sent to us are forwarded to the command; our exit status is the command's.
+    """
+    env = dict(os.environ, **env_extra)
+    try:
+        proc = subprocess.Popen(list(cmd), env=env)
+    except FileNotFoundError:
+        raise _fail(f"command not found: {cmd[0]}", EXIT_NOTFOUND) from None
+    except PermissionError:
+        raise _fail(f"command not executable: {cmd[0]}", EXIT_NOEXEC) from None
+
+    def forward(signum, frame):
+        if proc.poll() is None:
+            proc.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                return _child_status(proc.wait(timeout=0.1))
+            except subprocess.TimeoutExpired:
+                pass
+            if lost.is_set():
+                reason = describe_loss()
+                proc.terminate()
+                try:
+                    proc.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                raise _fail(reason, EXIT_TEMPFAIL)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+class Progress:
+    """Tracks how many are ahead of us while we wait; prints changes to stderr when asked to."""
+
+    def __init__(self, client, path: str, exclusive: bool, show: bool) -> None:
+        self.client, self.path, self.exclusive, self.show = client, path, exclusive, show
+        self.ahead: Optional[int] = None
+        self._stop = threading.Event()
+        self._changed = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zkrecipes-progress", daemon=True)
+        self._thread.start()
+
+    def _count(self) -> Optional[int]:
+        from . import naming
+
+        if self.exclusive:
+            return 1 if self.client.exists(self.path + "/lock", watch=lambda e: self._changed.set()) else 0
+        try:
+            children = self.client.get_children(self.path, watch=lambda e: self._changed.set())
+        except Exception:
+            return 0
+        nodes = naming.sort_queue(children)
+        mine = [i for i, n in enumerate(nodes) if self._ours(n)]
+        return mine[0] if mine else len(nodes)
+
+    def _ours(self, node) -> bool:
+        from . import naming
+
+        try:
+            data, _ = self.client.get(f"{self.path}/{node.name}")
+        except Exception:
+            return False
+        d = naming.read_data(data)
+        return d.get("pid") == os.getpid() and d.get("host") == node.host
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._changed.clear()
+            try:
+                n = self._count()
+            except Exception:
+                n = None
+            if n is not None and n != self.ahead:
+                self.ahead = n
+                if self.show:
+                    sys.stderr.write(f"\rwaiting for {self.path}: {n} ahead   ")
+                    sys.stderr.flush()
+            self._changed.wait(1.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._changed.set()
+        self._thread.join(2)
+        if self.show and self.ahead is not None:
+            sys.stderr.write("\n")
+
+
+def cmd_lock(args) -> int:
+    from . import ExclusiveLock, ReadWriteLock
+
+    path = _check_path(args.path)
+    cmd = _check_cmd(args.cmd)
+    identifier = _check_identifier(args.identifier)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    try:
+        if args.exclusive:
+            lock = ExclusiveLock(client, path, identifier)
+        else:
+            rw = ReadWriteLock(client, path, identifier)
+            lock = rw.read() if args.read else rw.write()
+        progress = Progress(client, path, args.exclusive, args.progress or sys.stderr.isatty())
+        try:
+            got = lock.acquire(timeout=args.timeout)
+        except KeyboardInterrupt:
+            raise _fail(f"interrupted while waiting for {path}", EXIT_INTERRUPTED) from None
+        finally:
+            progress.stop()
+        if not got:
+            ahead = progress.ahead if progress.ahead is not None else "?"
+            raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
+        try:
+            env = {"ZKRECIPES_TOKEN": str(lock.token), "ZKRECIPES_NODE": lock.node or ""}
+            return run_held(cmd, env, lock.lost, lambda: f"lost the lock on {path}: ZooKeeper session ended",
+                            args.grace)
+        finally:
+            lock.release()
+    finally:
+        _close(client)
+
+
+def cmd_elect(args) -> int:
+    from . import LeaderElection
+
+    path = _check_path(args.path)
+    cmd = _check_cmd(args.cmd)
+    identifier = _check_identifier(args.identifier)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    election = LeaderElection(client, path, identifier)
+    try:
+        while True:
+            try:
+                got = election.campaign(timeout=args.timeout)
+            except KeyboardInterrupt:
+                raise _fail(f"interrupted while campaigning on {path}", EXIT_INTERRUPTED) from None
+            if not got:
+                raise _fail(f"timed out waiting for leadership of {path}", EXIT_TEMPFAIL)
+            try:
+                env = {"ZKRECIPES_TOKEN": str(election.token), "ZKRECIPES_NODE": election.node or ""}
+                status = run_held(cmd, env, election.lost,
+                                  lambda: f"lost leadership of {path}: ZooKeeper session ended", args.grace)
+            finally:
+                election.resign()
+            if not args.requeue:
+                return status
+    finally:
+        election.resign()
+        _close(client)
+
+
+# -- status --------------------------------------------------------------------------------------------
+def queue_status(client, path: str) -> list:
+    """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
+    from . import naming
+
+    try:
+        children = client.get_children(path)
+    except Exception:
+        return []
+    now = time.time()
+    rows = []
+    writer_ahead = False
+    for pos, node in enumerate(naming.sort_queue(children)):
+        try:
+            data, stat = client.get(f"{path}/{node.name}")
+        except Exception:
+            continue
+        d = naming.read_data(data)
+        if node.kind == naming.READ:
+            holding = not writer_ahead
+        else:
+            holding = pos == 0
+            writer_ahead = True
+        rows.append(_row(len(rows), node.name, node.kind, d, node.host, now, holding))
+    if "lock" in children:
+        try:
+            data, stat = client.get(f"{path}/lock")
+            rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now, True))
+        except Exception:
+            pass
+    return rows
+
+
+def _row(pos: int, name: str, kind: str, d: dict, host: str, now: float, holding: bool) -> dict:
+    t = d.get("time")
+    return {
+        "position": pos,
+        "node": name,
+        "kind": kind,
+        "host": d.get("host") or host,
+        "pid": d.get("pid"),
+        "identifier": d.get("id"),
+        "age": round(now - t, 1) if isinstance(t, (int, float)) else None,
+        "state": "holding" if holding else "waiting",
+    }
+
+
+def render_table(path: str, rows: list) -> str:
+    if not rows:
+        return f"{path}: no holders or waiters"
+    cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
+    cells = [[str(r[c]) if r[c] is not None else "-" for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def cmd_status(args) -> int:
+    path = _check_path(args.path)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    try:
+        if not args.watch:
+            rows = queue_status(client, path)
+            print(json.dumps(rows) if args.json else render_table(path, rows))
+            return 0
+        changed = threading.Event()
+        try:
+            while True:
+                changed.clear()
+                try:
+                    client.get_children(path, watch=lambda e: changed.set())
+                except Exception:
+                    client.exists(path, watch=lambda e: changed.set())
+                rows = queue_status(client, path)
+                if args.json:
+                    print(json.dumps(rows), flush=True)
+                else:
+                    if sys.stdout.isatty():
+                        sys.stdout.write("\x1b[H\x1b[2J")
+                    print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
+                while not changed.wait(1.0):
+                    pass
+        except KeyboardInterrupt:
+            return 0
+    finally:
+        _close(client)
+
+
+# -- argument checks (before any ZooKeeper call) --------------------------------------------------------
+def _check_path(path: str) -> str:
+    from . import naming
+
+    try:
+        return naming.validate_path(path)
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"bad path: {exc}", EXIT_USAGE) from None
+
+
+def _check_identifier(identifier: Optional[str]) -> Optional[str]:
+    from . import naming
+
+    if identifier is None:
+        return None
+    try:
+        return naming.validate_label("--identifier", identifier)
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"bad identifier: {exc}", EXIT_USAGE) from None
+
+
+def _check_cmd(cmd: list) -> list:
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if not cmd:
+        raise _fail("missing command: usage: zkrecipes lock PATH [options] -- CMD [ARGS...]", EXIT_USAGE)
+    return cmd
+
+
+def _nonneg(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    value = _nonneg(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 seconds: {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="zkrecipes",
+        description="ZooKeeper locks and leader election from the shell.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    def common(sp, session_default: float = 10.0) -> None:
+        sp.add_argument("--hosts", help="ZooKeeper connect string (default: $ZK_HOSTS)")
+        sp.add_argument("--connect-timeout", type=_positive, default=10.0, metavar="S",
+                        help="give up reaching ZooKeeper after S seconds (default 10)")
+        sp.add_argument("--session-timeout", type=_positive, default=session_default, metavar="S",
+                        help="ZooKeeper session timeout; a hold suspended this long is lost (default 10)")
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    lk = sub.add_parser("lock", help="run CMD while holding a lock", epilog=EXIT_CODES, formatter_class=fmt,
+                        description="Hold PATH (fair write lock by default) while CMD runs; exit with CMD's "
+                                    "status. The fencing token is exported as ZKRECIPES_TOKEN.")
+    lk.add_argument("path", metavar="PATH")
+    mode = lk.add_mutually_exclusive_group()
+    mode.add_argument("--read", action="store_true", help="shared read lock")
+    mode.add_argument("--write", action="store_true", help="exclusive fair write lock (default)")
+    mode.add_argument("--exclusive", action="store_true", help="simple exclusive lock (<PATH>/lock node)")
+    lk.add_argument("--timeout", type=_nonneg, metavar="S", help="give up waiting after S seconds (exit 75)")
+    lk.add_argument("--identifier", metavar="ID", help="shown to others in status")
+    lk.add_argument("--grace", type=_nonneg, default=10.0, metavar="S",
+                    help="after a lost hold, SIGKILL CMD S seconds after SIGTERM (default 10)")
+    lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
+    common(lk)
+    lk.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
+    lk.set_defaults(func=cmd_lock)
+
+    el = sub.add_parser("elect", help="run CMD while leader", epilog=EXIT_CODES, formatter_class=fmt,
+                        description="Campaign on PATH; run CMD while leader; exit with CMD's status.")
+    el.add_argument("path", metavar="PATH")
+    el.add_argument("--identifier", metavar="ID")
+    el.add_argument("--timeout", type=_nonneg, metavar="S", help="give up campaigning after S seconds (exit 75)")
+    el.add_argument("--requeue", action="store_true", help="campaign again each time CMD ends")
+    el.add_argument("--grace", type=_nonneg, default=10.0, metavar="S")
+    common(el)
+    el.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
+    el.set_defaults(func=cmd_elect)
+
+    st = sub.add_parser("status", help="show holders and waiters of PATH", epilog=EXIT_CODES, formatter_class=fmt)
+    st.add_argument("path", metavar="PATH")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--watch", action="store_true", help="redraw on every change until Ctrl-C")
+    common(st)
+    st.set_defaults(func=cmd_status)
+
+    dm = sub.add_parser("demo", help="run the demo (starts a local ensemble unless --hosts/ZK_HOSTS)",
+                        epilog=EXIT_CODES, formatter_class=fmt)
+    dm.add_argument("--hosts", help="use this ensemble instead of starting one")
+    dm.add_argument("--workers", type=int, default=3, metavar="N", help="worker processes per recipe (default 3)")
+    dm.add_argument("--seconds", type=_positive, default=20.0, metavar="S", help="length of the run (default 20)")
+    dm.set_defaults(func=cmd_demo)
+    return p
+
+
+def cmd_demo(args) -> int:
+    from .demo import run_demo
+
+    if args.workers < 2:
+        raise _fail(f"--workers must be >= 2, got {args.workers}", EXIT_USAGE)
+    return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout)
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``zkrecipes`` console script; returns the exit status."""
+    logging.basicConfig(level=os.environ.get("ZKRECIPES_LOG", "WARNING").upper(),
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if os.environ.get("ZKRECIPES_LOG") is None:
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as exc:
+        print(f"zkrecipes: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print("zkrecipes: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

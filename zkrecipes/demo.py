@@ -1,0 +1,274 @@
+"""The demo behind ``zkrecipes demo`` / ``make demo``: worker processes use every recipe while things break.
+
+Worker processes (each its own ZooKeeper session) (a) take a FairLock in turn and append to a shared log,
+(b) share a ReadWriteLock (readers overlap, writers alone), (c) elect a leader. Half-way through, the
+leader worker is killed (SIGKILL) and so is one ZooKeeper server (only for the embedded ensemble). The
+verdict is computed from the histories the workers recorded, not from what they claim.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Optional, TextIO
+
+SESSION_TIMEOUT = 3.0
+
+
+# -- workers (run as ``python -m zkrecipes.demo worker ...``) ------------------------------------------
+def _worker(role: str, hosts: str, path: str, out: str, seconds: float, index: int) -> None:
+    from kazoo.client import KazooClient
+
+    from . import FairLock, LeaderElection, LockLost, ReadWriteLock
+
+    rnd = random.Random(index)
+    client = KazooClient(hosts=hosts, timeout=SESSION_TIMEOUT)
+    client.start(timeout=30)
+    end = time.monotonic() + seconds
+    name = f"{role}-{index}"
+    with open(out, "a", buffering=1) as f:
+
+        def rec(ev: str, **kw) -> None:
+            f.write(json.dumps({"t": time.monotonic(), "w": name, "pid": os.getpid(), "ev": ev, **kw}) + "\n")
+
+        if role == "fair":
+            lock = FairLock(client, f"{path}/fair", identifier=name)
+            while time.monotonic() < end:
+                if not lock.acquire(timeout=max(0.1, end - time.monotonic())):
+                    break
+                rec("grant", seq=int(lock.node.rsplit("-", 1)[1]), token=lock.token)
+                with open(os.path.join(os.path.dirname(out), "shared.log"), "a") as log:
+                    log.write(f"{name} token={lock.token}\n")
+                time.sleep(rnd.uniform(0.02, 0.06))
+                rec("release", lost=lock.lost.is_set())
+                lock.release()
+        elif role == "rw":
+            rw = ReadWriteLock(client, f"{path}/rw", identifier=name)
+            while time.monotonic() < end:
+                side = rw.write() if rnd.random() < 0.25 else rw.read()
+                kind = "write" if side is rw.write() else "read"
+                if not side.acquire(timeout=max(0.1, end - time.monotonic())):
+                    break
+                rec("grant", kind=kind, token=side.token)
+                time.sleep(rnd.uniform(0.05, 0.12))
+                rec("release", kind=kind)
+                side.release()
+        elif role == "elect":
+            election = LeaderElection(client, f"{path}/election", identifier=name)
+
+            def lead() -> None:
+                rec("leader", token=election.token)
+                try:
+                    while time.monotonic() < end:
+                        election.check()
+                        time.sleep(0.05)
+                    rec("resign")
+                except LockLost:
+                    rec("lost")
+
+            while time.monotonic() < end:
+                if not election.campaign(timeout=max(0.1, end - time.monotonic())):
+                    break
+                lead()
+                election.resign()
+    client.stop()
+    client.close()
+
+
+# -- the run -----------------------------------------------------------------------------------------
+def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) -> int:
+    """Run the demo and print its verdict; 0 when every check passed, 1 otherwise."""
+    from .cli import EXIT_UNAVAILABLE, CliError, connect
+
+    hosts = hosts or os.environ.get("ZK_HOSTS")
+    ensemble = None
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        out.write(f"[{time.monotonic() - t0:5.1f}s] {msg}\n")
+        out.flush()
+
+    if not hosts:
+        from .testing import Ensemble, ZooKeeperNotFound
+
+        say("starting a local 3-server ZooKeeper ensemble ...")
+        try:
+            ensemble = Ensemble(size=3, tick_ms=200).start()
+        except ZooKeeperNotFound as exc:
+            raise CliError(f"cannot start the embedded demo ensemble: {exc}", EXIT_UNAVAILABLE) from None
+        hosts = ensemble.hosts
+        say(f"ensemble up at {hosts} (ZooKeeper leader: server {ensemble.leader()})")
+    tmp = tempfile.mkdtemp(prefix="zkrecipes-demo-")
+    path = f"/zkrecipes-demo/{uuid.uuid4().hex[:8]}"
+    procs: list = []
+    try:
+        client = connect(hosts, 30.0, 10.0)
+        say(f"{workers} workers each on a FairLock, a ReadWriteLock and a LeaderElection under {path}, "
+            f"{seconds:g} s")
+        for role in ("fair", "rw", "elect"):
+            for i in range(workers):
+                cmd = [sys.executable, "-m", "zkrecipes.demo", "worker", role, hosts, path,
+                       os.path.join(tmp, f"{role}-{i}.jsonl"), str(seconds), str(i)]
+                procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
+        from . import LeaderElection
+
+        observer = LeaderElection(client, f"{path}/election")
+        deadline = time.monotonic() + 30
+        while observer.leader() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(seconds / 2)
+        kill_t, killed = None, None
+        leader = observer.leader()
+        if leader is not None and leader.pid:
+            killed = leader.identifier
+            kill_t = time.monotonic()
+            os.kill(leader.pid, signal.SIGKILL)
+            say(f"killed the leader worker {leader.identifier} (pid {leader.pid}) with SIGKILL")
+        zk_killed = None
+        if ensemble is not None:
+            zk_killed = ensemble.leader()
+            ensemble.kill(zk_killed)
+            say(f"killed ZooKeeper server {zk_killed} (the ZooKeeper leader)")
+        for p in procs:
+            try:
+                p.wait(timeout=max(1.0, seconds + 30 - (time.monotonic() - t0)))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if ensemble is not None and zk_killed is not None:
+            ensemble.start(zk_killed)
+            say(f"ZooKeeper server {zk_killed} restarted and serving")
+        _close_quietly(client)
+        events = _load(tmp)
+        ok = _verdict(events, kill_t, killed, seconds, zk_killed, say)
+        with open(os.path.join(tmp, "shared.log")) as f:
+            say(f"shared log written by fair-lock holders: {sum(1 for _ in f)} lines")
+        return 0 if ok else 1
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if ensemble is not None:
+            ensemble.close()
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _close_quietly(client) -> None:
+    try:
+        client.stop()
+        client.close()
+    except Exception:
+        pass
+
+
+def _load(tmp: str) -> list:
+    events = []
+    for name in os.listdir(tmp):
+        if name.endswith(".jsonl"):
+            with open(os.path.join(tmp, name)) as f:
+                for line in f:
+                    try:
+                        events.append(json.loads(line))
+                    except ValueError:
+                        pass  # a worker killed mid-line
+    events.sort(key=lambda e: e["t"])
+    return events
+
+
+def _intervals(events: list, role: str, kind: Optional[str] = None, killed: Optional[tuple] = None) -> list:
+    """[(start, end, worker, grant-event)] from grant/release pairs of one role; a hold still open at the
+    end lasts until the end, or until the kill for ``killed`` = (worker, time)."""
+    open_, out = {}, []
+    for e in events:
+        if not e["w"].startswith(role + "-") or (kind and e.get("kind") != kind):
+            continue
+        if e["ev"] in ("grant", "leader"):
+            open_[e["w"]] = e
+        elif e["ev"] in ("release", "resign", "lost") and e["w"] in open_:
+            g = open_.pop(e["w"])
+            out.append((g["t"], e["t"], e["w"], g))
+    end = events[-1]["t"] if events else 0.0
+    for w, g in open_.items():
+        out.append((g["t"], killed[1] if killed and killed[0] == w else end, w, g))
+    return sorted(out)
+
+
+def _overlaps(a: list, b: list) -> int:
+    return sum(1 for x in a for y in b if x is not y and x[0] < y[1] and y[0] < x[1])
+
+
+def _verdict(events, kill_t, killed, seconds, zk_killed, say) -> bool:
+    checks = []
+
+    def check(ok: bool, text: str) -> None:
+        checks.append(ok)
+        say(("PASS " if ok else "FAIL ") + text)
+
+    fair = _intervals(events, "fair")
+    grants = [g for _, _, _, g in fair]
+    seqs = [g["seq"] for g in grants]
+    tokens = [g["token"] for g in grants]
+    check(len(fair) > 0 and seqs == sorted(seqs), f"fair lock: {len(fair)} grants, in FIFO (queue) order")
+    check(_overlaps(fair, fair) == 0, "fair lock: no two holders at once")
+    check(tokens == sorted(tokens) and len(set(tokens)) == len(tokens), "fair lock: fencing tokens strictly increase")
+    writes, reads = _intervals(events, "rw", "write"), _intervals(events, "rw", "read")
+    check(_overlaps(writes, writes + reads) == 0, f"rw lock: {len(writes)} writes, none overlapped a reader or writer")
+    peak = _peak(reads)
+    check(peak >= 2, f"rw lock: {len(reads)} reads, up to {peak} readers held it together")
+    leaders = _intervals(events, "elect", killed=(killed, kill_t) if kill_t else None)
+    check(_overlaps(leaders, leaders) == 0 and len(leaders) > 0,
+          f"election: {len(leaders)} leadership terms, never two leaders at once")
+    ltokens = [g["token"] for _, _, _, g in leaders]
+    check(ltokens == sorted(ltokens), "election: leader tokens increase")
+    if kill_t is not None:
+        after = [s for s, _, w, _ in leaders if s > kill_t and w != killed]
+        if after:
+            fo = after[0] - kill_t
+            check(fo <= SESSION_TIMEOUT + 2.0, f"election: new leader {fo:.2f} s after the leader was killed "
+                  f"(session timeout {SESSION_TIMEOUT:g} s)")
+        else:
+            check(False, "election: no new leader after the leader was killed")
+    if zk_killed is not None:
+        mid = kill_t or 0.0
+        later = [s for s, _, _, _ in fair if s > mid + 0.5]
+        check(len(later) > 0, f"fair lock: {len(later)} grants after ZooKeeper server {zk_killed} was killed")
+    return all(checks)
+
+
+def _peak(intervals: list) -> int:
+    points = sorted([(s, 1) for s, _, _, _ in intervals] + [(e, -1) for _, e, _, _ in intervals])
+    cur = best = 0
+    for _, d in points:
+        cur += d
+        best = max(best, cur)
+    return best
+
+
+def main(argv: Optional[list] = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m zkrecipes.demo")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    w = sub.add_parser("worker")
+    for name in ("role", "hosts", "path", "out"):
+        w.add_argument(name)
+    w.add_argument("seconds", type=float)
+    w.add_argument("index", type=int)
+    args = p.parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.CRITICAL)
+    _worker(args.role, args.hosts, args.path, args.out, args.seconds, args.index)
+
+
+if __name__ == "__main__":
+    main()
