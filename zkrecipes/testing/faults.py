@@ -40,12 +40,14 @@ def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
 
     client.add_listener(listener)
     try:
-        twin = KazooClient(hosts=_connect_string(client), client_id=client.client_id)
-        twin.start(timeout=timeout)
-        twin.stop()
-        twin.close()
         deadline = time.monotonic() + timeout
-        if not lost.wait(timeout):
+        twin = KazooClient(hosts=_connect_string(client), client_id=client.client_id)
+        try:
+            twin.start(timeout=timeout)
+        finally:
+            twin.stop()
+            twin.close()
+        if not lost.wait(max(0.0, deadline - time.monotonic())):
             raise TimeoutError(f"client did not see its session 0x{old_id:x} expire within {timeout} s")
         while not (client.connected and client.client_id and client.client_id[0] != old_id):
             if time.monotonic() > deadline:
@@ -101,7 +103,8 @@ class Partition:
         """Drop every proxied connection now and refuse new ones until :meth:`heal`."""
         with self._lock:
             self._cut = True
-        self._wake_w.send(b"c")
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"c")
 
     def heal(self) -> None:
         """Let connections through again."""
@@ -133,7 +136,8 @@ class Partition:
                 x.close()
 
     def _upstream(self) -> Optional[socket.socket]:
-        for target in self._targets:
+        self._next = (getattr(self, "_next", -1) + 1) % len(self._targets)  # spread clients over servers
+        for target in self._targets[self._next:] + self._targets[: self._next]:
             try:
                 return socket.create_connection(target, timeout=1.0)
             except OSError:
@@ -179,8 +183,8 @@ class Partition:
                     if not data or self._cut:
                         self._drop(s)
                         continue
-                    try:
-                        self._peers[s].setblocking(True)
+                    try:  # bounded: a peer that stops reading (a paused server) is dropped, not waited on
+                        self._peers[s].settimeout(2.0)
                         self._peers[s].sendall(data)
                         self._peers[s].setblocking(False)
                     except OSError:

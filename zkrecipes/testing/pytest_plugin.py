@@ -28,18 +28,27 @@ from .ensemble import Ensemble, ZooKeeperNotFound
 NAMESPACE_ROOT = "/zkrecipes-test"
 
 
+_CONTROL = ("start", "stop", "kill", "pause", "resume", "leader", "mode", "serving", "wait_serving", "host")
+
+
 class ExternalEnsemble:
-    """Stands in for :class:`Ensemble` when ``ZK_HOSTS`` names an ensemble this process did not start."""
+    """Stands in for :class:`Ensemble` when ``ZK_HOSTS`` names an ensemble this process did not start.
+
+    Only ``hosts`` is real; calling a server-control method skips the test with a reason.
+    """
 
     def __init__(self, hosts: str) -> None:
         self.hosts = hosts
 
     def __getattr__(self, name: str):
+        if name not in _CONTROL:
+            raise AttributeError(name)
         pytest.skip(f"needs a local ensemble to control servers ({name}); ZK_HOSTS={self.hosts!r} is external")
 
 
 @pytest.fixture(scope="session")
 def zk_ensemble() -> Iterator[object]:
+    """The session's ZooKeeper ensemble: 3 local servers started once (tick 200 ms), or ``ZK_HOSTS``."""
     hosts = os.environ.get("ZK_HOSTS")
     if hosts:
         yield ExternalEnsemble(hosts)
@@ -53,14 +62,22 @@ def zk_ensemble() -> Iterator[object]:
 
 
 @pytest.fixture
-def zk_local_ensemble(zk_ensemble) -> Ensemble:
+def zk_local_ensemble(zk_ensemble) -> Iterator[Ensemble]:
+    """The local ensemble, for tests that kill, stop or pause servers (skipped with ``ZK_HOSTS``).
+
+    After the test every server is running and serving again, whatever the test did.
+    """
     if isinstance(zk_ensemble, ExternalEnsemble):
         pytest.skip(f"needs a local ensemble to kill/stop servers; ZK_HOSTS={zk_ensemble.hosts!r} is external")
-    return zk_ensemble
+    yield zk_ensemble
+    for i in range(zk_ensemble.size):
+        zk_ensemble.resume(i)
+    zk_ensemble.start()
 
 
 @pytest.fixture
 def zk_namespace(request, zk_ensemble) -> Iterator[str]:
+    """A fresh chroot path for this test, created before it and deleted (recursively) after it."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
     path = f"{NAMESPACE_ROOT}/{name}-{uuid.uuid4().hex[:8]}"
     root = KazooClient(hosts=zk_ensemble.hosts)
@@ -71,10 +88,21 @@ def zk_namespace(request, zk_ensemble) -> Iterator[str]:
         root.stop()
         root.close()
     yield path
+    root = KazooClient(hosts=zk_ensemble.hosts)
+    try:
+        root.start(timeout=30)
+        root.delete(path, recursive=True)
+    except Exception:  # best effort: a test may have left the ensemble without quorum
+        pass
+    finally:
+        root.stop()
+        root.close()
 
 
 @pytest.fixture
 def zk_factory(zk_ensemble, zk_namespace) -> Iterator[Callable[..., KazooClient]]:
+    """``make(hosts=None, start=True, **kazoo_kwargs)``: more clients on the test's chroot, each with its
+    own session (default session timeout 10 s); all stopped and closed after the test."""
     clients: list[KazooClient] = []
 
     def make(hosts: str | None = None, start: bool = True, **kwargs) -> KazooClient:
@@ -89,10 +117,12 @@ def zk_factory(zk_ensemble, zk_namespace) -> Iterator[Callable[..., KazooClient]
     for c in clients:
         try:
             c.stop()
-        finally:
             c.close()
+        except Exception:  # keep closing the others
+            pass
 
 
 @pytest.fixture
 def zk(zk_factory) -> KazooClient:
+    """A started KazooClient chrooted to ``zk_namespace``."""
     return zk_factory()
