@@ -21,9 +21,16 @@ from typing import Callable, NamedTuple, Optional
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError, SessionExpiredError
-from kazoo.protocol.serialization import Create2, int_struct, write_string
-from kazoo.protocol.states import EventType
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.protocol.serialization import Create2, GetChildren, int_struct, write_string
+from kazoo.protocol.states import EventType, KeeperState
 
 from . import naming, retry
 from .naming import QueueNode
@@ -63,6 +70,7 @@ class _RemoveWatches(NamedTuple):
         return True
 
 
+_UNUSABLE = (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION)
 _no_containers: set = set()  # ids of clients whose server rejected container nodes
 
 
@@ -109,6 +117,31 @@ def ensure_path(client: KazooClient, path: str, acl: list, call: Callable = _blo
             _create_container(client, "/" + "/".join(parts[:i]), acl, call)
         except NoNodeError:  # an ancestor was reaped between our creates: start over
             return ensure_path(client, path, acl, call)
+
+
+def submit(client: KazooClient, requests: list) -> list:
+    """Queue ``requests`` back to back on the session and wake kazoo's connection thread once.
+
+    ZooKeeper answers a session's requests in order, so a create and a get_children sent together cost
+    one round trip. (kazoo's ``_call`` wakes its I/O thread once per request -- a thread switch each on a
+    small machine -- so this queues them together; paths must already carry the chroot.)
+    """
+    results = [client.handler.async_result() for _ in requests]
+    conn = getattr(client, "_connection", None)
+    write_sock = getattr(conn, "_write_sock", None)
+    if client._state in _UNUSABLE or write_sock is None:
+        for req, ar in zip(requests, results):
+            client._call(req, ar)  # sets the right exception
+        return results
+    for pair in zip(requests, results):
+        client._queue.append(pair)
+    try:
+        write_sock.send(b"\0" * len(requests))  # the I/O thread sends one request per byte
+    except OSError:
+        for ar in results:
+            if not ar.ready():
+                ar.set_exception(ConnectionClosedError("Connection has been closed"))
+    return results
 
 
 def remove_watch(client: KazooClient, path: str, fn: Callable) -> None:
@@ -187,8 +220,7 @@ class Waiter:
         self.unwatch()
         self.wake.clear()
         stat = self.call(lambda: self.client.exists_async(path, watch=self._on_watch))
-        if stat is not None:
-            self._watched = path
+        self._watched = path  # an exists watch is set even when the node is gone: unwatch() removes it
         return stat
 
     def unwatch(self) -> None:
@@ -276,12 +308,15 @@ class Queue:
         while True:
             waiter.check()
             self._ensure_parent(waiter)
-            create = self.client.create_async(
-                f"{self.path}/{name}", data, acl, ephemeral=True, sequence=sequence, include_data=True
-            )
-            children_ar = self.client.get_children_async(self.path) if listing else None
+            flags = 3 if sequence else 1  # ephemeral (+ sequential)
+            requests = [Create2(self.client.chroot + f"{self.path}/{name}", data, acl, flags)]
+            if listing:
+                requests.append(GetChildren(self.client.chroot + self.path, None))
+            create, *rest = submit(self.client, requests)
+            children_ar = rest[0] if rest else None
             try:
                 path, stat = waiter.wait_result(create)
+                path = self.client.unchroot(path)
             except NoNodeError:  # parent reaped (container) or deleted: create it again
                 self._ensure_parent(waiter, force=True)
                 continue

@@ -35,6 +35,9 @@ def validate_policy(policy: object) -> Optional[tenacity.Retrying]:
     return policy
 
 
+_DEFAULT = default_policy()
+
+
 class _StopAtDeadline(tenacity.stop.stop_base):
     def __init__(self, deadline: Optional[float]) -> None:
         self.deadline = deadline
@@ -47,6 +50,12 @@ def call(
     fn: Callable[..., T], *args, deadline: Optional[float] = None, policy: Optional[tenacity.Retrying] = None, **kw
 ) -> T:
     """Call ``fn(*args, **kw)``, retrying transient ZooKeeper errors until ``deadline`` (monotonic)."""
-    base = policy or default_policy()
+    if policy is None:  # fast path: the first attempt skips tenacity's bookkeeping
+        try:
+            return fn(*args, **kw)
+        except TRANSIENT:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise
+    base = policy or _DEFAULT
     retrying = base.copy(stop=base.stop | _StopAtDeadline(deadline), reraise=True)
     return retrying(fn, *args, **kw)
