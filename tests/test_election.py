@@ -244,6 +244,50 @@ def test_session_expiry_of_the_leader_tells_it_and_elects_the_next(zk_factory):
     a.resign()
 
 
+def test_candidate_whose_session_expires_queues_again_at_the_back(zk_factory):
+    a, b, c = make_elections(zk_factory, ["a", "b", "c"])
+    observer = LeaderElection(zk_factory(), PATH)
+    assert a.campaign(timeout=10)
+    cb = Campaign(b)
+    queued(observer, 2)
+    cc = Campaign(c)
+    queued(observer, 3)
+    states = States(b)
+
+    expire_session(b.client)  # b is waiting: its campaign goes on, with a new node at the back
+    assert wait_until(lambda: identifiers(observer) == ["a", "c", "b"], 15, "b queued again behind c")
+    assert not cb.done.is_set() and "lost" not in states.states
+    a.resign()
+    assert cc.outcome() is True and not b.is_leader and not cb.done.is_set()
+    c.resign()
+    assert cb.outcome() is True and b.is_leader and not b.lost.is_set()
+    assert b.client.exists(b.node).ephemeralOwner == b.client.client_id[0]
+    b.resign()
+
+
+def test_candidate_reads_its_node_back_before_leading(zk_factory):
+    """A waiter whose node vanished (here deleted from outside; the same as a session that ended
+    between two reads) must not lead when its predecessor goes: it queues again instead."""
+    a, b, c = make_elections(zk_factory, ["a", "b", "c"])
+    observer = LeaderElection(zk_factory(), PATH)
+    assert a.campaign(timeout=10)
+    cb = Campaign(b)
+    queued(observer, 2)
+    cc = Campaign(c)
+    queued(observer, 3)
+    b_node = observer.contenders()[1].node
+    observer.client.delete(f"{PATH}/{b_node}")
+    assert identifiers(observer) == ["a", "c"]
+
+    a.resign()  # b and c both watched a's node (c moved up when b's node went)
+    assert cc.outcome() is True and c.is_leader
+    assert wait_until(lambda: identifiers(observer) == ["c", "b"], 15, "b queued again behind c")
+    assert not b.is_leader and not cb.done.is_set()
+    c.resign()
+    assert cb.outcome() is True and b.is_leader and observer.contenders()[0].node != b_node
+    b.resign()
+
+
 # -- a killed ZooKeeper leader ---------------------------------------------------------------------
 
 
@@ -358,6 +402,58 @@ def test_run_requeue_campaigns_after_each_term_and_stops_on_cancel(zk_factory):
     tokens = [tok for _, tok in terms]
     assert all(names[k] != names[k + 1] for k in range(len(names) - 1)), f"terms do not alternate: {names}"
     assert tokens == sorted(set(tokens)), f"tokens must strictly increase: {tokens}"
+
+
+class _CancelAfterCheck(threading.Event):
+    """A cancel flag that, once ``armed``, is set right after it was read: a cancel() from another
+    thread that lands just after run() looked for one."""
+
+    armed = False
+
+    def is_set(self) -> bool:
+        value = super().is_set()
+        if self.armed and not value:
+            self.armed = False
+            self.set()
+        return value
+
+
+def test_cancel_between_terms_is_not_lost(zk_factory):
+    (e,) = make_elections(zk_factory, ["r"])
+    flag = e._cancel = _CancelAfterCheck()
+    terms = []
+
+    def term() -> None:
+        terms.append(e.token)
+        if len(terms) == 2:
+            flag.armed = True  # the next look at the flag is followed by a cancel()
+
+    done = threading.Event()
+    result = []
+    t = threading.Thread(target=lambda: (result.append(e.run(term, requeue=True)), done.set()), daemon=True)
+    t.start()
+    try:
+        assert done.wait(15), f"run(requeue=True) missed a cancel() that came between terms ({len(terms)} terms)"
+    finally:
+        e.cancel()
+        t.join(15)
+    assert result == [None] and len(terms) in (2, 3)
+    assert not e.is_leader and e.contenders() == []
+
+
+def test_resign_while_the_campaign_is_being_won_wins(zk_factory):
+    (e,) = make_elections(zk_factory, ["r"])
+    queue_acquire = e._queue.acquire
+
+    def acquire(*args, **kwargs):
+        entry = queue_acquire(*args, **kwargs)
+        e.resign()  # from "another thread", just as ZooKeeper granted leadership
+        return entry
+
+    e._queue.acquire = acquire
+    won = e.campaign(timeout=10)
+    assert not won and not e.is_leader and e.state == "idle", "leader after resign() returned"
+    assert e.contenders() == []
 
 
 # -- giving up -------------------------------------------------------------------------------------

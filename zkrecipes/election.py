@@ -11,6 +11,7 @@ to the system you write to, which rejects tokens lower than the highest it has s
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -78,6 +79,7 @@ class LeaderElection:
         self._hold: Optional[Hold] = None
         self._waiter: Optional[Waiter] = None
         self._cancel = threading.Event()
+        self._notify = threading.RLock()
         self._state = IDLE
         self._listeners: list = []
 
@@ -85,10 +87,15 @@ class LeaderElection:
     def campaign(self, timeout: Optional[float] = None) -> bool:
         """Become a candidate and wait until leader; True once leader (at once if already leader).
 
-        Returns False when ``timeout`` passes or :meth:`cancel`/:meth:`resign` is called meanwhile; our
-        node is then deleted. Raises LockError if another thread is already campaigning.
+        Returns False when ``timeout`` passes or :meth:`cancel`/:meth:`resign` is called meanwhile -- even
+        one that comes as ZooKeeper grants leadership; our node is then deleted. Raises LockError if
+        another thread is already campaigning.
         """
-        timeout = naming.validate_timeout(timeout)
+        return self._campaign(naming.validate_timeout(timeout), fresh=True)
+
+    def _campaign(self, timeout: Optional[float], fresh: bool) -> bool:
+        # fresh: forget an earlier cancel(); run() passes False when it campaigns again after a term, so
+        # a cancel() that came after it last looked is not lost.
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             if self._hold is not None and self._hold.state != LOST:
@@ -96,11 +103,12 @@ class LeaderElection:
             if self._waiter is not None:
                 raise LockError(f"{self.path}: another thread is already campaigning with this election")
             self._drop_hold()
-            self._cancel.clear()
+            if fresh:
+                self._cancel.clear()
             self.lost.clear()
             waiter = self._waiter = Waiter(self.client, deadline, self._cancel, self.retry)
         self._set_state(CANDIDATE)
-        entry = None
+        entry = hold = withdrawn = None
         try:
             entry = self._queue.acquire(waiter, self.host, naming.WRITE, self.identifier, predecessor, confirm=True)
         except (DeadlinePassed, Cancelled):
@@ -109,17 +117,23 @@ class LeaderElection:
             waiter.close()
             with self._lock:
                 self._waiter = None
-                if entry is not None:
-                    self._hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup)
-                    if session_id(self.client) != entry.session:
-                        self._hold.state = SUSPENDED
-                    self._hold.add_listener(self._on_hold)
-            if entry is None:
+                if entry is not None and self._cancel.is_set():
+                    withdrawn = entry  # cancel()/resign() came as we were granted: they win
+                elif entry is not None:
+                    hold = self._hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify,
+                                             self._cleanup)
+                    sid = session_id(self.client)
+                    if sid != entry.session:  # the connection dropped, or the session ended, meanwhile
+                        hold.state = SUSPENDED if sid is None else LOST
+                    hold.add_listener(functools.partial(self._on_hold, hold))
+            if withdrawn is not None:
+                self._queue.delete(withdrawn.path, withdrawn.session)
+            if hold is None:
                 self._set_state(IDLE)
-        if entry is None:
+        if hold is None:
             return False
         log.info("%s: leader as %s (token %d)", self.path, entry.path, entry.token)
-        self._on_hold(self._hold.state)
+        self._on_hold(hold)
         return True
 
     def resign(self) -> None:
@@ -159,9 +173,11 @@ class LeaderElection:
             raise TypeError(f"func must be callable, got {func!r}")
         if not isinstance(requeue, bool):
             raise TypeError(f"requeue must be a bool, got {requeue!r}")
+        fresh = True
         while True:
-            if not self.campaign():
+            if not self._campaign(None, fresh):
                 return None
+            fresh = False
             try:
                 result = func(*args, **kwargs)
             finally:
@@ -183,22 +199,30 @@ class LeaderElection:
         if self._verify(hold):
             self._queue.delete(hold.node, hold.session)
 
-    def _on_hold(self, state: str) -> None:
-        if state == LOST:
-            self.lost.set()
-        self._set_state(LEADER if state == HELD else state)
+    def _on_hold(self, hold: Hold, _state: Optional[str] = None) -> None:
+        # Report the hold's state as it is now, not as it was when this call was scheduled: the campaign
+        # thread and the session dispatcher both call this, and the later call must not report an older
+        # state. A hold already dropped (resigned, or replaced by a new term) reports nothing.
+        with self._notify:
+            if self._hold is not hold:
+                return
+            state = hold.state
+            if state == LOST:
+                self.lost.set()
+            self._set_state(LEADER if state == HELD else state)
 
     def _set_state(self, state: str) -> None:
-        with self._lock:
-            if self._state == state:
-                return
-            self._state = state
-            listeners = list(self._listeners)
-        for fn in listeners:
-            try:
-                fn(self, state)
-            except Exception:
-                log.exception("election listener %r failed", fn)
+        with self._notify:  # one state change told at a time, in order (reentrant: listeners may resign)
+            with self._lock:
+                if self._state == state:
+                    return
+                self._state = state
+                listeners = list(self._listeners)
+            for fn in listeners:
+                try:
+                    fn(self, state)
+                except Exception:
+                    log.exception("election listener %r failed", fn)
 
     def add_listener(self, fn: ElectionListener) -> None:
         """Call ``fn(election, state)`` on every state change (off kazoo's threads; keep it short)."""
