@@ -112,8 +112,15 @@ class Campaign:
         return self.result
 
 
+def synced(election: LeaderElection) -> LeaderElection:
+    """``election`` once its client's server has caught up with the ZooKeeper leader, so that its reads
+    see every write already acknowledged to any client (clients may be on different servers)."""
+    election.client.sync("/")
+    return election
+
+
 def identifiers(election: LeaderElection) -> list:
-    return [c.identifier for c in election.contenders()]
+    return [c.identifier for c in synced(election).contenders()]
 
 
 def queued(observer: LeaderElection, n: int, timeout: float = 15.0) -> list:
@@ -196,9 +203,9 @@ def test_resign_hands_over_in_queue_order(zk_factory):
         tokens.append(leader.token)
         assert not any(campaigns[later].done.is_set() for later in waiting), "a later candidate jumped the queue"
         assert sum(e.is_leader for e in elections) == 1
-        assert observer.leader().identifier == name
+        assert synced(observer).leader().identifier == name
     leader.resign()
-    assert observer.leader() is None
+    assert synced(observer).leader() is None
 
 
 # -- session expiry --------------------------------------------------------------------------------
@@ -226,7 +233,7 @@ def test_session_expiry_of_the_leader_tells_it_and_elects_the_next(zk_factory):
     assert cb.outcome(timeout=15) is True, "b is next in line"
     assert b.is_leader and b.token > old_token
     assert not cc.done.is_set() and not c.is_leader
-    assert observer.client.exists(old_node) is None
+    assert synced(observer).client.exists(old_node) is None
     assert observer.leader().identifier == "b"
     assert told - t0 < 15
 
@@ -284,7 +291,7 @@ def test_candidate_reads_its_node_back_before_leading(zk_factory):
     assert wait_until(lambda: identifiers(observer) == ["c", "b"], 15, "b queued again behind c")
     assert not b.is_leader and not cb.done.is_set()
     c.resign()
-    assert cb.outcome() is True and b.is_leader and observer.contenders()[0].node != b_node
+    assert cb.outcome() is True and b.is_leader and b.node.rsplit("/")[-1] != b_node
     b.resign()
 
 
@@ -341,19 +348,19 @@ def test_run_returns_what_func_returns_and_resigns(zk_factory):
 
     def lead(x, y=0):
         e.check()
-        seen["token"], seen["leader"] = e.token, observer.leader().identifier
+        seen["token"], seen["leader"] = e.token, synced(observer).leader().identifier
         return x + y
 
     assert e.run(lead, 2, y=3) == 5
     assert seen == {"token": seen["token"], "leader": "runner"} and seen["token"] > 0
-    assert not e.is_leader and e.state == "idle" and observer.contenders() == []
+    assert not e.is_leader and e.state == "idle" and synced(observer).contenders() == []
 
     def fail():
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError, match="boom"):
         e.run(fail, requeue=True)
-    assert not e.is_leader and e.state == "idle" and observer.contenders() == []
+    assert not e.is_leader and e.state == "idle" and synced(observer).contenders() == []
 
 
 def test_run_requeue_campaigns_after_each_term_and_stops_on_cancel(zk_factory):
@@ -396,7 +403,7 @@ def test_run_requeue_campaigns_after_each_term_and_stops_on_cancel(zk_factory):
         assert not t.is_alive(), "run(requeue=True) did not return after cancel()"
     assert results == {"p": None, "q": None}
     assert all(not e.is_leader and e.state == "idle" for e in elections)
-    assert observer.contenders() == []
+    assert synced(observer).contenders() == []
 
     names = [n for n, _ in terms]
     tokens = [tok for _, tok in terms]
@@ -489,7 +496,7 @@ def test_timed_out_or_cancelled_campaign_leaves_no_node(zk_factory):
     leader.resign()
     assert waiter.campaign(timeout=10) is True  # and the waiter can still lead
     waiter.resign()
-    assert observer.contenders() == []
+    assert synced(observer).contenders() == []
 
 
 def test_bad_input_raises_before_any_zookeeper_call(zk_factory, monkeypatch):
@@ -685,9 +692,9 @@ def test_worker_processes_one_leader_at_a_time_and_sigkill_failover(zk_ensemble,
               f"{WORKER_SESSION_TIMEOUT} s)")
         assert failover <= WORKER_SESSION_TIMEOUT + 1.0, f"failover took {failover:.2f} s"
         assert new["pid"] != victim.pid and new["token"] > victim_term["token"]
-        now = wait_until(observer.leader, 5, "a leader")
+        now = wait_until(synced(observer).leader, 5, "a leader")
         assert (now.pid, now.identifier) == (new["pid"], new["id"])
-        assert victim.pid not in [c.pid for c in observer.contenders()]
+        assert victim.pid not in [c.pid for c in synced(observer).contenders()]
 
         # 3. Release the hold: rotation goes on among the survivors.
         hold.unlink()
@@ -707,7 +714,7 @@ def test_worker_processes_one_leader_at_a_time_and_sigkill_failover(zk_ensemble,
             last = w.events()[-1]
             assert last["ev"] == "exit" and last["result"] is None and last["state"] == "idle"
             assert not last["leader"]
-        assert observer.contenders() == []
+        assert synced(observer).contenders() == []
     finally:
         for w in workers:
             if w.proc.poll() is None:
@@ -749,4 +756,5 @@ def test_worker_pool_example_runs_as_documented(zk_ensemble, zk_namespace, zk):
     assert len({x[0] for x in leaders}) >= 2, proc.stdout
     assert set(tokens) <= set(lead_tokens)
     assert lines[-1] == "all 9 jobs done; the store never saw a stale token", proc.stdout
+    zk.sync("/")
     assert not zk.exists("/reports") or zk.get_children("/reports") == []
