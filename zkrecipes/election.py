@@ -73,6 +73,8 @@ class LeaderElection:
         self.client = client
         self.tolerate_suspended = tolerate_suspended
         self.retry = _retry.validate_policy(retry)
+        #: A :class:`threading.Event` set when leadership is lost (session expired, or suspended past the
+        #: session timeout); cleared when a new campaign starts. For leaders that wait rather than poll.
         self.lost = threading.Event()
         self._queue = Queue(client, self.path, list(acl) if acl else None, self.retry)
         self._lock = threading.Lock()
@@ -165,9 +167,9 @@ class LeaderElection:
         """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
 
         Returns what ``func`` returned. With ``requeue=True`` campaign again after each term (a worker
-        pool keeps a leader) until :meth:`cancel` or :meth:`resign` is called from another thread or
-        ``func`` raises; returns None then. ``func`` learns of a lost leadership only by asking:
-        :meth:`check` or :attr:`lost`.
+        pool keeps a leader) until :meth:`cancel` or :meth:`resign` is called from another thread; returns
+        None then (after the current term, if one is running). If ``func`` raises, resign and re-raise.
+        ``func`` learns of a lost leadership only by asking: :meth:`check` or :attr:`lost`.
         """
         if not callable(func):
             raise TypeError(f"func must be callable, got {func!r}")
@@ -250,13 +252,13 @@ class LeaderElection:
 
     @property
     def token(self) -> Optional[int]:
-        """Fencing token while leader (the czxid of our node), else None."""
+        """Fencing token of this term (the czxid of our node) while leader or suspended, else None."""
         hold = self._hold
         return hold.token if hold is not None and hold.state != LOST else None
 
     @property
     def node(self) -> Optional[str]:
-        """Full path of our node while leader, else None."""
+        """Full path of our node from election until resign (kept while suspended or lost), else None."""
         hold = self._hold
         return hold.node if hold is not None else None
 
@@ -296,7 +298,10 @@ class LeaderElection:
 
 
 class LeaderWatch:
-    """Follows the leader of an election on a background thread; :meth:`stop` ends it."""
+    """Follows the leader of an election on a background thread; :meth:`stop` ends it.
+
+    Made by :meth:`LeaderElection.watch_leader`, which documents the callback.
+    """
 
     def __init__(self, election: LeaderElection, fn: Callable[[Optional[Contender]], None]) -> None:
         self._election = election
