@@ -99,12 +99,15 @@ class Lock:
         Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
         called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
         created is deleted and its watch removed. Reentrant per thread: each acquire needs a release.
+        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
         """
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
         timeout = naming.validate_timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
+        if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")
+            blocking, timeout = False, None
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
         entered = self._enter_gate(blocking, deadline)
