@@ -1,0 +1,124 @@
+"""Helpers shared by the lock tests: waiting with deadlines, state recording, watch inspection."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Optional
+
+import pytest
+
+from zkrecipes.testing import four_letter
+
+# Reconnect quickly once a link comes back (kazoo's default backoff grows to a minute).
+FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.3}
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.01):
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {timeout} s: {what}")
+        time.sleep(interval)
+
+
+class StateLog:
+    """A lock listener that records ``(state, thread)`` and waits for a state with a deadline."""
+
+    def __init__(self, lock=None) -> None:
+        self.states: list = []
+        self.threads: list = []  # module of each call's thread function (kazoo's threads run kazoo code)
+        self._cond = threading.Condition()
+        if lock is not None:
+            lock.add_listener(self)
+
+    def __call__(self, lock, state: str) -> None:
+        target = getattr(threading.current_thread(), "_target", None)
+        with self._cond:
+            self.states.append(state)
+            self.threads.append(getattr(target, "__module__", None) or "")
+            self._cond.notify_all()
+
+    def mark(self) -> int:
+        with self._cond:
+            return len(self.states)
+
+    def wait_for(self, state: str, since: int = 0, timeout: float = 15.0) -> int:
+        """Index of the first ``state`` recorded at or after ``since``; fails the test after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for k in range(since, len(self.states)):
+                    if self.states[k] == state:
+                        return k
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    pytest.fail(f"lock never became {state!r} within {timeout} s (states: {self.states[since:]})")
+                self._cond.wait(remaining)
+
+
+class Acquirer:
+    """Runs ``lock.acquire(**kwargs)`` on its own thread; records the result and when it came."""
+
+    def __init__(self, lock, hold_until: Optional[threading.Event] = None, **kwargs) -> None:
+        self.lock = lock
+        self.result = None
+        self.error: Optional[BaseException] = None
+        self.done = threading.Event()
+        self.node: Optional[str] = None
+        self.token: Optional[int] = None
+        self._hold_until = hold_until
+        self.released = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(kwargs,), daemon=True)
+        self.thread.start()
+
+    def _run(self, kwargs) -> None:
+        try:
+            self.result = self.lock.acquire(**kwargs)
+            if self.result:
+                self.node, self.token = self.lock.node, self.lock.token
+        except BaseException as exc:  # surfaced by wait()
+            self.error = exc
+        finally:
+            self.done.set()
+        if self.result and self._hold_until is not None:
+            self._hold_until.wait(60)
+            self.lock.release()
+            self.released.set()
+
+    def wait(self, timeout: float = 15.0):
+        if not self.done.wait(timeout):
+            pytest.fail(f"acquire of {self.lock.path} did not return within {timeout} s")
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def full_path(client, path: str) -> str:
+    """``path`` as the server sees it (with the client's chroot)."""
+    return client.chroot + path
+
+
+def server_watches(ensemble, word: str = "wchp") -> str:
+    """Concatenated replies of every running server to a watch four-letter word."""
+    out = []
+    for i, port in enumerate(ensemble.client_ports):
+        if ensemble.running(i):
+            out.append(four_letter(port, word))
+    return "\n".join(out)
+
+
+def assert_no_watch(client, lock_path: str, ensemble) -> None:
+    """No watch under ``lock_path``: neither in the client's registry nor on any server (wchc and wchp)."""
+    full = full_path(client, lock_path)
+    client.sync(lock_path)  # the session's queued requests (a remove-watches) have reached the server
+    local = [p for p, fns in list(client._data_watchers.items()) + list(client._child_watchers.items()) if fns]
+    assert not [p for p in local if p == full or p.startswith(full + "/")], f"client still watches {local}"
+    for word in ("wchp", "wchc"):
+        reply = server_watches(ensemble, word)
+        hits = [ln.strip() for ln in reply.splitlines() if ln.strip() == full or ln.strip().startswith(full + "/")]
+        assert not hits, f"server {word} lists watches under {full}: {hits}\n{reply}"

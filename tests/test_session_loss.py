@@ -1,0 +1,241 @@
+"""Session loss against a real ensemble: holders are told, and nobody else's node is ever touched.
+
+Server-side expiry of a holder, a link cut past the session timeout, a short cut, a killed ZooKeeper
+leader, and a waiter whose session expires. Clients use 3-4 s sessions and reconnect quickly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, wait_until
+
+from zkrecipes import ExclusiveLock, FairLock, LockLost, ReadWriteLock
+from zkrecipes.testing import Partition, expire_session
+
+RECIPES = {
+    "fair": FairLock,
+    "exclusive": ExclusiveLock,
+    "rw-write": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).write(),
+    "rw-read": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).read(),
+}
+EXCLUSIVE_RECIPES = ["exclusive", "fair", "rw-write"]
+
+
+def session(client) -> int:
+    assert client.connected and client.client_id, "client has no live session"
+    return client.client_id[0]
+
+
+def children(zk, path: str) -> list:
+    return sorted(zk.get_children(path)) if zk.exists(path) else []
+
+
+def assert_off_kazoo_threads(log: StateLog) -> None:
+    assert log.threads and not [m for m in log.threads if m.startswith("kazoo")], log.threads
+
+
+@pytest.fixture
+def partition(zk_ensemble):
+    with Partition(zk_ensemble.hosts) as p:
+        yield p
+
+
+@pytest.mark.parametrize("recipe", EXCLUSIVE_RECIPES)
+def test_expired_holder_is_told_and_its_release_spares_the_new_holder(zk_factory, recipe):
+    make = RECIPES[recipe]
+    client = zk_factory(timeout=3.0)
+    lock = make(client, "/expire")
+    log = StateLog(lock)
+    assert lock.acquire()
+    old_session, node = session(client), lock.node
+
+    expire_session(client)  # server-side: the ensemble ends the session
+    log.wait_for("lost", timeout=10)
+    assert lock.lost.wait(5)
+    assert lock.state == "lost" and not lock.is_held and lock.token is None
+    with pytest.raises(LockLost):
+        lock.check()
+
+    rival_client = zk_factory(timeout=3.0)
+    rival = make(rival_client, "/expire")
+    assert rival.acquire(timeout=10)  # the node went with the session
+    if recipe == "exclusive":
+        assert rival.node == node  # the very same path: a careless release would delete it
+
+    lock.release()  # a no-op now: it must not delete the rival's node
+    stat = rival_client.exists(rival.node)
+    assert stat is not None and stat.ephemeralOwner == session(rival_client) != old_session
+    assert rival.is_held
+    assert log.states.count("lost") == 1 and log.states[-1] == "idle"
+    assert_off_kazoo_threads(log)
+
+    rival.release()
+    assert lock.acquire(timeout=10)  # the lock object is usable again, on the new session
+    assert not lock.lost.is_set() and lock.state == "held"
+    lock.release()
+
+
+def test_expired_reader_is_told_too(zk_factory):
+    client = zk_factory(timeout=3.0)
+    rw = ReadWriteLock(client, "/expire-r")
+    log = StateLog(rw.read())
+    assert rw.read().acquire()
+    expire_session(client)
+    log.wait_for("lost", timeout=10)
+    assert rw.read().lost.is_set()
+    with pytest.raises(LockLost):
+        rw.read().check()
+    writer = ReadWriteLock(zk_factory(), "/expire-r").write()
+    assert writer.acquire(timeout=10)
+    rw.read().release()
+    assert writer.is_held
+    writer.release()
+
+
+@pytest.mark.parametrize("recipe", ["fair", "exclusive"])
+def test_cut_past_the_session_timeout_is_suspended_then_lost(zk_factory, partition, recipe):
+    make = RECIPES[recipe]
+    client = zk_factory(hosts=partition.hosts, timeout=3.0, connection_retry=FAST_RECONNECT)
+    lock = make(client, "/cut")
+    tolerant = make(client, "/cut", tolerate_suspended=True)
+    log = StateLog(lock)
+    assert lock.acquire()
+    assert tolerant.acquire()  # the same hold, reentrantly, through a lock object that tolerates suspension
+    old_session, node = session(client), lock.node
+
+    cut_at = time.monotonic()
+    partition.cut()
+    k = log.wait_for("suspended", timeout=5)
+    assert not lock.is_held and lock.state == "suspended" and not lock.lost.is_set()
+    with pytest.raises(LockLost):
+        lock.check()
+    tolerant.check()  # built to tolerate suspension: the hold may still be ours
+
+    log.wait_for("lost", since=k, timeout=10)
+    assert time.monotonic() - cut_at >= 2.5  # not before the session could have expired
+    assert lock.lost.is_set() and not lock.is_held
+    with pytest.raises(LockLost):
+        tolerant.check()
+
+    rival_client = zk_factory(timeout=3.0)
+    rival = make(rival_client, "/cut")
+    assert rival.acquire(timeout=15)  # the ensemble expired the session meanwhile
+    partition.heal()
+    wait_until(lambda: client.connected and client.client_id[0] != old_session, 15, "reconnected, new session")
+    tolerant.release()
+    lock.release()  # no-ops: the rival's node stays
+    assert rival_client.exists(rival.node) is not None and rival.is_held
+    assert log.states.count("lost") == 1 and "held" not in log.states[k:]
+    assert rival_client.exists(node) is None or recipe == "exclusive"
+    rival.release()
+
+
+@pytest.mark.parametrize("recipe", ["fair", "exclusive", "rw-read"])
+def test_short_cut_is_suspended_then_held_with_the_same_node(zk_factory, partition, recipe):
+    client = zk_factory(hosts=partition.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+    lock = RECIPES[recipe](client, "/blip")
+    log = StateLog(lock)
+    assert lock.acquire()
+    sid, node, token = session(client), lock.node, lock.token
+
+    partition.cut()
+    k = log.wait_for("suspended", timeout=5)
+    assert not lock.is_held
+    partition.heal()
+    log.wait_for("held", since=k, timeout=10)
+    assert lock.is_held and not lock.lost.is_set()
+    lock.check()
+    assert (lock.node, lock.token, session(client)) == (node, token, sid)
+    assert client.exists(node).ephemeralOwner == sid
+    rival = RECIPES["exclusive" if recipe == "exclusive" else "fair"](zk_factory(), "/blip")
+    assert rival.acquire(timeout=0) is False  # still exclusive
+    assert "lost" not in log.states
+    assert_off_kazoo_threads(log)
+    lock.release()
+    assert children(client, "/blip") == []
+
+
+def test_leader_killed_while_held_stays_held(zk_local_ensemble, zk_factory):
+    ens = zk_local_ensemble
+    client = zk_factory(timeout=4.0, connection_retry=FAST_RECONNECT)
+    lock = FairLock(client, "/failover")
+    log = StateLog(lock)
+    assert lock.acquire()
+    sid, node, token = session(client), lock.node, lock.token
+    leader = ens.leader()
+    assert leader is not None
+    try:
+        ens.kill(leader)
+        ens.wait_serving(timeout=30)  # the two survivors elect a new leader
+        wait_until(lambda: client.connected and lock.state == "held", 15, "the client reconnected and the hold is held")
+        assert lock.is_held and not lock.lost.is_set() and "lost" not in log.states
+        lock.check()
+        assert (lock.node, lock.token, session(client)) == (node, token, sid)
+        assert client.exists(node).ephemeralOwner == sid
+        assert FairLock(zk_factory(), "/failover").acquire(timeout=0) is False
+        lock.release()
+        assert children(client, "/failover") == []
+    finally:
+        ens.start(leader)
+
+
+@pytest.mark.parametrize("recipe", ["fair", "rw-write", "rw-read"])
+def test_waiter_whose_session_expires_requeues_and_acquires(zk, zk_factory, recipe):
+    holder = RECIPES["fair"](zk, "/requeue")  # a writer, so readers wait too
+    assert holder.acquire()
+    client = zk_factory(timeout=3.0)
+    lock = RECIPES[recipe](client, "/requeue")
+    finish = threading.Event()
+    start = time.monotonic()
+    waiter = Acquirer(lock, hold_until=finish, timeout=20)
+    old = wait_until(lambda: [n for n in children(zk, "/requeue") if n != holder.node.rsplit("/", 1)[1]], 10, "queued")
+    old_session = session(client)
+
+    expire_session(client)
+    new = wait_until(
+        lambda: [n for n in children(zk, "/requeue") if n not in old and n != holder.node.rsplit("/", 1)[1]],
+        10,
+        "the waiter queued again on its new session",
+    )
+    assert not waiter.done.is_set()
+    assert set(children(zk, "/requeue")) == {holder.node.rsplit("/", 1)[1], *new}  # the old node is gone
+    holder.release()
+    assert waiter.wait(20) is True
+    assert time.monotonic() - start < 20
+    assert waiter.node.rsplit("/", 1)[1] == new[0]
+    assert zk.exists(waiter.node).ephemeralOwner == session(client) != old_session
+    finish.set()
+    assert waiter.released.wait(10)
+    assert children(zk, "/requeue") == []
+
+
+@pytest.mark.parametrize("recipe", ["exclusive"])  # the recipe whose next holder reuses the very path
+def test_release_during_a_cut_never_deletes_a_later_holders_node(zk_factory, partition, recipe):
+    """release() while the link is down cannot reach ZooKeeper; when it can again, the session may be
+    gone and the same path held by someone else -- the late delete must not hit their node."""
+    make = RECIPES[recipe]
+    client = zk_factory(hosts=partition.hosts, timeout=3.0, connection_retry=FAST_RECONNECT)
+    lock = make(client, "/late")
+    log = StateLog(lock)
+    let_go = threading.Event()
+    holder = Acquirer(lock, hold_until=let_go)
+    assert holder.wait() is True
+    old_session = session(client)
+    partition.cut()
+    log.wait_for("suspended", timeout=5)
+    let_go.set()  # the holder releases now: its delete has no connection to go over
+
+    rival_client = zk_factory(timeout=3.0)
+    rival = make(rival_client, "/late")
+    assert rival.acquire(timeout=15)  # the ensemble expired the session
+    partition.heal()
+    assert holder.released.wait(30)
+    wait_until(lambda: client.connected and client.client_id[0] != old_session, 15, "reconnected, new session")
+    client.sync("/late")
+    stat = rival_client.exists(rival.node)
+    assert stat is not None and stat.ephemeralOwner == session(rival_client)
+    assert rival.is_held
+    rival.release()
