@@ -582,6 +582,38 @@ def test_watch_leader_reports_each_change(zk_factory):
         assert [None if c is None else c.identifier for c in seen] == [None, "a", "b", None]
 
 
+def test_watch_leader_survives_the_observers_session_expiry_and_can_stop_itself(zk_factory, caplog):
+    (a,) = make_elections(zk_factory, ["a"])
+    observer = LeaderElection(zk_factory(), PATH)
+    seen: list = []
+    cond = threading.Condition()
+    holder: dict = {}
+
+    def fn(leader) -> None:
+        with cond:
+            seen.append(None if leader is None else leader.identifier)
+            cond.notify_all()
+        if len(seen) == 3:
+            holder["watch"].stop()  # from the callback itself: the watch ends, nothing fails
+
+    def reported(n: int) -> list:
+        with cond:
+            assert cond.wait_for(lambda: len(seen) >= n, timeout=15), f"reports so far: {seen}"
+            return list(seen)
+
+    holder["watch"] = watch = observer.watch_leader(fn)
+    assert reported(1) == [None]
+    expire_session(observer.client)  # watches of the old session are gone; the watch sets new ones
+    assert a.campaign(timeout=10)
+    assert reported(2) == [None, "a"]
+    a.resign()
+    assert reported(3) == [None, "a", None]
+    watch._thread.join(10)
+    assert not watch._thread.is_alive(), "stop() from the callback did not end the watch"
+    assert not [r for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")], caplog.text
+    watch.stop()  # idempotent
+
+
 # -- worker processes ------------------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.security import ACL
 
 from . import naming, retry
@@ -327,7 +327,7 @@ class LeaderWatch:
                         continue
                     children = []
                 leader = self._election.leader() if children else None
-            except retry.TRANSIENT + (LockError,):
+            except retry.TRANSIENT + (SessionExpiredError, LockError):  # reconnecting: set the watch again
                 self._stop.wait(0.2)
                 continue
             except Exception:
@@ -335,7 +335,7 @@ class LeaderWatch:
                 self._stop.wait(0.5)
                 continue
             key = leader.node if leader else None
-            if key != last:
+            if key != last and not self._stop.is_set():
                 last = key
                 try:
                     self._fn(leader)
@@ -346,10 +346,12 @@ class LeaderWatch:
                     return
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop following and wait for the thread to end."""
+        """Stop following and wait (up to ``timeout``) for the thread to end; no call of the callback
+        starts after this. Idempotent; may be called from the callback itself."""
         self._stop.set()
         self._changed.set()
-        self._thread.join(timeout)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
 
 
 _retry = retry
