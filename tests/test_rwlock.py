@@ -200,3 +200,29 @@ def test_local_reader_threads_share_one_node_and_release_it_last(zk, zk_factory)
         f.set()
         assert readers[k].released.wait(10)
     assert children(zk, "/localr") == []
+
+
+def test_local_late_reader_does_not_overtake_a_queued_writer(zk, zk_factory):
+    """A thread joining its process's read hold would keep the read node alive forever under steady local
+    reads: once a writer is queued behind that node, a late local reader waits for the writer too."""
+    first = ReadWriteLock(zk, "/localfair").read()
+    assert first.acquire()
+    wclient = zk_factory()
+    writer_done = threading.Event()
+    writer = Acquirer(ReadWriteLock(wclient, "/localfair").write(), hold_until=writer_done, timeout=30)
+    wait_until(lambda: watching(wclient, "/localfair"), 10, "the writer queued behind our read node")
+
+    reader_done = threading.Event()
+    late_lock = ReadWriteLock(zk, "/localfair").read()  # same client: the same local gate as `first`
+    late = Acquirer(late_lock, hold_until=reader_done, timeout=30)
+    gate = late_lock._gate  # internal: the point where the late reader has looked and seen the writer
+    wait_until(lambda: gate.writer_behind is not None or late.done.is_set(), 10, "the late reader looked")
+    assert not late.done.is_set(), "a late local reader joined the read hold ahead of the queued writer"
+    first.release()
+    assert writer.wait() is True  # our read node went: the writer holds
+    assert not late.done.is_set()
+    writer_done.set()
+    assert late.wait() is True
+    reader_done.set()
+    assert late.released.wait(10)
+    assert children(zk, "/localfair") == []

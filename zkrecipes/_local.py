@@ -27,6 +27,7 @@ class Gate:
         self.counts: dict = {}  # thread ident -> [write count, read count]
         self.waiting_writers = 0
         self.objects: set = set()  # lock objects attached to the current hold
+        self.writer_behind = None  # the hold behind whose node a writer was seen queued (no more local joins)
 
     def total(self) -> int:
         return sum(w + r for w, r in self.counts.values())

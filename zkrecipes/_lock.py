@@ -120,6 +120,8 @@ class Lock:
         it must queue in ZooKeeper (``gate.busy`` is then ours), None on a miss, timeout or cancel."""
         g, tid, kind = self._gate, threading.get_ident(), self._kind
         self._cancel.clear()
+        if kind == naming.READ:
+            self._look_for_writers(deadline)
         with g.cond:
             while True:
                 c = g.counts.get(tid)
@@ -137,7 +139,12 @@ class Lock:
                         c[_R] += 1
                         self._attach(g.hold)
                         return _HAVE
-                    if g.mode == naming.READ and g.hold.state == HELD and not g.waiting_writers:
+                    if (
+                        g.mode == naming.READ
+                        and g.hold.state == HELD
+                        and not g.waiting_writers
+                        and g.writer_behind is not g.hold
+                    ):
                         g.counts[tid] = [0, 1]
                         self._attach(g.hold)
                         return _HAVE
@@ -157,6 +164,28 @@ class Lock:
                         g.waiting_writers -= 1
             g.busy = True
             return _QUEUE
+
+    def _look_for_writers(self, deadline: Optional[float]) -> None:
+        """Before a thread joins this process's read hold: is a writer queued behind our node? Joining
+        then would overtake it, and steady local reads would keep the node, starving it. One listing per
+        hold; a writer seen is remembered in the gate, so later threads queue behind it without asking."""
+        g = self._gate
+        with g.cond:
+            hold = g.hold
+            if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
+                return
+        mine = naming.parse(hold.node.rsplit("/", 1)[1])
+        limit = self.client._session_timeout / 1000.0
+        if deadline is not None:
+            limit = max(0.0, min(limit, deadline - time.monotonic()))
+        try:
+            names = self._queue.client.get_children_async(self.path).get(timeout=limit)
+        except Exception:
+            return  # not known: the hold's own state decides (a suspended hold is not joined)
+        if mine and any(n.kind == naming.WRITE and n.sequence > mine.sequence for n in naming.sort_queue(names)):
+            with g.cond:
+                if g.hold is hold:
+                    g.writer_behind = hold
 
     def _acquire_zk(self, blocking: bool, deadline: Optional[float]) -> bool:
         g, tid = self._gate, threading.get_ident()
