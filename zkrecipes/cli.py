@@ -2,10 +2,13 @@
 
 Run a command only while a lock or leadership is held, see who holds what, or watch a demo.
 
-Exit codes: the command's own status (128+N if it died of signal N); 2 bad usage or input; 69 ZooKeeper
-unreachable (or no local ZooKeeper for the demo); 75 timed out waiting, or the hold was lost while the
-command ran (it got SIGTERM, then SIGKILL after ``--grace``); 126/127 command not executable / not found;
-130 interrupted while waiting.
+Everything after the first ``--`` is the command; options of ``zkrecipes`` go before it, on either side
+of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
+
+Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
+usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
+out waiting, or the hold was lost while the command ran (it got SIGTERM, then SIGKILL after ``--grace``);
+126/127 command not executable / not found; 130 interrupted (SIGINT), 143 terminated (SIGTERM) while waiting.
 """
 
 from __future__ import annotations
@@ -19,22 +22,31 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from typing import Callable, Optional, Sequence
 
+EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 69
+EXIT_SOFTWARE = 70
 EXIT_TEMPFAIL = 75
 EXIT_NOEXEC = 126
 EXIT_NOTFOUND = 127
 EXIT_INTERRUPTED = 130
 
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
 EXIT_CODES = f"""exit codes:
-  N    the command's own exit status (128+S if it died of signal S)
-  {EXIT_USAGE}    bad usage or input (path, missing command, ...)
+  N    lock/elect: the command's own exit status (128+S if it died of signal S)
+  {EXIT_FAILED}    demo: a verdict check failed
+  {EXIT_USAGE}    bad usage or input (path, missing command, chroot, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
+  {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
   {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership was lost while the command ran
   {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
-  {EXIT_INTERRUPTED}  interrupted while waiting
+  {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
+
+Everything after the first "--" is the command; zkrecipes options go before it.
 """
 
 log = logging.getLogger("zkrecipes.cli")
@@ -52,33 +64,67 @@ def _fail(message: str, code: int) -> "CliError":
     return CliError(message, code)
 
 
+class Terminated(BaseException):
+    """SIGTERM/SIGHUP while not running a command: unwinds like KeyboardInterrupt (nodes are deleted)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated(signum)
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 # -- connection --------------------------------------------------------------------------------------
 def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float):
     """A started KazooClient, or CliError naming the hosts and the time waited."""
     from kazoo.client import KazooClient
     from kazoo.handlers.threading import KazooTimeoutError
 
-    hosts = hosts or os.environ.get("ZK_HOSTS")
+    source = "--hosts"
+    if not hosts:
+        hosts, source = os.environ.get("ZK_HOSTS"), "ZK_HOSTS"
     if not hosts:
         raise _fail("no ZooKeeper hosts: pass --hosts H or set ZK_HOSTS (e.g. 127.0.0.1:2181)", EXIT_USAGE)
     try:
         client = KazooClient(hosts=hosts, timeout=session_timeout)
     except (ValueError, TypeError) as exc:
-        raise _fail(f"bad --hosts {hosts!r}: {exc}", EXIT_USAGE) from None
+        raise _fail(f"bad {source} {hosts!r}: {exc}", EXIT_USAGE) from None
     try:
-        client.start(timeout=connect_timeout)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # kazoo's chroot warning: reported below as one line
+            client.start(timeout=connect_timeout)
     except KazooTimeoutError:
-        client.stop()
-        client.close()
+        _close(client)
         raise _fail(f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g} s", EXIT_UNAVAILABLE) from None
+    except BaseException:
+        _close(client)
+        raise
+    if client.chroot:
+        try:
+            missing = client.exists("/") is None
+        except BaseException:
+            _close(client)
+            raise
+        if missing:
+            _close(client)
+            raise _fail(f"chroot {client.chroot} does not exist on ZooKeeper at {hosts}: create it first, or leave "
+                        f"it out of {source}", EXIT_USAGE)
     return client
 
 
 def _close(client) -> None:
+    """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises."""
     try:
         client.stop()
-    finally:
         client.close()
+    except Exception:
+        log.debug("closing the ZooKeeper client failed", exc_info=True)
 
 
 # -- running a command under a hold ----------------------------------------------------------------
@@ -86,11 +132,19 @@ def _child_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describe_loss: Callable[[], str],
-             grace: float) -> int:
-    """Run ``cmd`` while ``lost`` is not set; on loss SIGTERM it (SIGKILL after ``grace``) and exit 75.
+class Outcome:
+    """How a command run by :func:`run_held` ended."""
 
-    SIGINT/SIGTERM sent to us are forwarded to the command; our exit status is the command's.
+    def __init__(self, status: int, signalled: bool) -> None:
+        self.status = status  # its exit status (128+N if it died of signal N)
+        self.signalled = signalled  # we forwarded SIGINT/SIGTERM/SIGHUP to it: the user wants to stop
+
+
+def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describe_loss: Callable[[], str],
+             grace: float) -> Outcome:
+    """Run ``cmd`` while ``lost`` is not set; on loss SIGTERM it (SIGKILL after ``grace``) and raise CliError 75.
+
+    SIGINT/SIGTERM/SIGHUP sent to us are forwarded to the command while it runs.
     """
     env = dict(os.environ, **env_extra)
     try:
@@ -99,16 +153,20 @@ def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describ
         raise _fail(f"command not found: {cmd[0]}", EXIT_NOTFOUND) from None
     except PermissionError:
         raise _fail(f"command not executable: {cmd[0]}", EXIT_NOEXEC) from None
+    except OSError as exc:
+        raise _fail(f"cannot run {cmd[0]}: {exc.strerror or exc}", EXIT_NOEXEC) from None
+    forwarded = []
 
     def forward(signum, frame):
+        forwarded.append(signum)
         if proc.poll() is None:
             proc.send_signal(signum)
 
-    old = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
         while True:
             try:
-                return _child_status(proc.wait(timeout=0.1))
+                return Outcome(_child_status(proc.wait(timeout=0.1)), bool(forwarded))
             except subprocess.TimeoutExpired:
                 pass
             if lost.is_set():
@@ -125,6 +183,18 @@ def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describ
             signal.signal(s, h)
 
 
+def _loss_reason(client, what: str) -> str:
+    """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
+    if client.connected:
+        return f"{what}: the ZooKeeper session expired"
+    timeout = client._session_timeout / 1000.0
+    return f"{what}: no connection to ZooKeeper for longer than the session timeout ({timeout:g} s)"
+
+
+def _token_env(token: Optional[int], node: Optional[str]) -> dict:
+    return {"ZKRECIPES_TOKEN": "" if token is None else str(token), "ZKRECIPES_NODE": node or ""}
+
+
 class Progress:
     """Tracks how many are ahead of us while we wait; prints changes to stderr when asked to."""
 
@@ -136,14 +206,17 @@ class Progress:
         self._thread = threading.Thread(target=self._run, name="zkrecipes-progress", daemon=True)
         self._thread.start()
 
-    def _count(self) -> Optional[int]:
+    def count(self) -> Optional[int]:
+        """Nodes ahead of ours (all nodes while ours is not there yet); the lock node for --exclusive."""
+        from kazoo.exceptions import NoNodeError
+
         from . import naming
 
         if self.exclusive:
             return 1 if self.client.exists(self.path + "/lock", watch=lambda e: self._changed.set()) else 0
         try:
             children = self.client.get_children(self.path, watch=lambda e: self._changed.set())
-        except Exception:
+        except NoNodeError:
             return 0
         nodes = naming.sort_queue(children)
         mine = [i for i, n in enumerate(nodes) if self._ours(n)]
@@ -152,21 +225,22 @@ class Progress:
     def _ours(self, node) -> bool:
         from . import naming
 
+        if node.host != naming.default_host():
+            return False
         try:
             data, _ = self.client.get(f"{self.path}/{node.name}")
         except Exception:
             return False
-        d = naming.read_data(data)
-        return d.get("pid") == os.getpid() and d.get("host") == node.host
+        return naming.read_data(data).get("pid") == os.getpid()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             self._changed.clear()
             try:
-                n = self._count()
+                n = self.count()
             except Exception:
                 n = None
-            if n is not None and n != self.ahead:
+            if n is not None and n != self.ahead and not self._stop.is_set():
                 self.ahead = n
                 if self.show:
                     sys.stderr.write(f"\rwaiting for {self.path}: {n} ahead   ")
@@ -185,7 +259,7 @@ def cmd_lock(args) -> int:
     from . import ExclusiveLock, ReadWriteLock
 
     path = _check_path(args.path)
-    cmd = _check_cmd(args.cmd)
+    cmd = _check_cmd(args.cmd, "lock")
     identifier = _check_identifier(args.identifier)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout)
     try:
@@ -199,15 +273,22 @@ def cmd_lock(args) -> int:
             got = lock.acquire(timeout=args.timeout)
         except KeyboardInterrupt:
             raise _fail(f"interrupted while waiting for {path}", EXIT_INTERRUPTED) from None
+        except Terminated as sig:
+            raise _fail(f"terminated (signal {sig.signum}) while waiting for {path}", 128 + sig.signum) from None
         finally:
             progress.stop()
         if not got:
-            ahead = progress.ahead if progress.ahead is not None else "?"
+            ahead = progress.ahead
+            if ahead is None:
+                try:
+                    ahead = progress.count()
+                except Exception:
+                    ahead = "?"
             raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
         try:
-            env = {"ZKRECIPES_TOKEN": str(lock.token), "ZKRECIPES_NODE": lock.node or ""}
-            return run_held(cmd, env, lock.lost, lambda: f"lost the lock on {path}: ZooKeeper session ended",
-                            args.grace)
+            outcome = run_held(cmd, _token_env(lock.token, lock.node), lock.lost,
+                               lambda: _loss_reason(client, f"lost the lock on {path}"), args.grace)
+            return outcome.status
         finally:
             lock.release()
     finally:
@@ -218,7 +299,7 @@ def cmd_elect(args) -> int:
     from . import LeaderElection
 
     path = _check_path(args.path)
-    cmd = _check_cmd(args.cmd)
+    cmd = _check_cmd(args.cmd, "elect")
     identifier = _check_identifier(args.identifier)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout)
     election = LeaderElection(client, path, identifier)
@@ -228,16 +309,23 @@ def cmd_elect(args) -> int:
                 got = election.campaign(timeout=args.timeout)
             except KeyboardInterrupt:
                 raise _fail(f"interrupted while campaigning on {path}", EXIT_INTERRUPTED) from None
+            except Terminated as sig:
+                raise _fail(f"terminated (signal {sig.signum}) while campaigning on {path}",
+                            128 + sig.signum) from None
             if not got:
                 raise _fail(f"timed out waiting for leadership of {path}", EXIT_TEMPFAIL)
             try:
-                env = {"ZKRECIPES_TOKEN": str(election.token), "ZKRECIPES_NODE": election.node or ""}
-                status = run_held(cmd, env, election.lost,
-                                  lambda: f"lost leadership of {path}: ZooKeeper session ended", args.grace)
+                outcome = run_held(cmd, _token_env(election.token, election.node), election.lost,
+                                   lambda: _loss_reason(client, f"lost leadership of {path}"), args.grace)
+            except CliError as exc:
+                if not (args.requeue and exc.code == EXIT_TEMPFAIL):
+                    raise
+                print(f"zkrecipes: {exc}; campaigning again", file=sys.stderr, flush=True)
+                continue
             finally:
                 election.resign()
-            if not args.requeue:
-                return status
+            if not args.requeue or outcome.signalled:
+                return outcome.status
     finally:
         election.resign()
         _close(client)
@@ -246,11 +334,13 @@ def cmd_elect(args) -> int:
 # -- status --------------------------------------------------------------------------------------------
 def queue_status(client, path: str) -> list:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
+    from kazoo.exceptions import NoNodeError
+
     from . import naming
 
     try:
         children = client.get_children(path)
-    except Exception:
+    except NoNodeError:
         return []
     now = time.time()
     rows = []
@@ -258,7 +348,7 @@ def queue_status(client, path: str) -> list:
     for pos, node in enumerate(naming.sort_queue(children)):
         try:
             data, stat = client.get(f"{path}/{node.name}")
-        except Exception:
+        except NoNodeError:  # left between the listing and the read
             continue
         d = naming.read_data(data)
         if node.kind == naming.READ:
@@ -271,7 +361,7 @@ def queue_status(client, path: str) -> list:
         try:
             data, stat = client.get(f"{path}/lock")
             rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now, True))
-        except Exception:
+        except NoNodeError:
             pass
     return rows
 
@@ -296,12 +386,14 @@ def render_table(path: str, rows: list) -> str:
     cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
     cells = [[str(r[c]) if r[c] is not None else "-" for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
-    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip()]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
 
 
 def cmd_status(args) -> int:
+    from kazoo.exceptions import NoNodeError
+
     path = _check_path(args.path)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout)
     try:
@@ -315,7 +407,7 @@ def cmd_status(args) -> int:
                 changed.clear()
                 try:
                     client.get_children(path, watch=lambda e: changed.set())
-                except Exception:
+                except NoNodeError:
                     client.exists(path, watch=lambda e: changed.set())
                 rows = queue_status(client, path)
                 if args.json:
@@ -326,7 +418,7 @@ def cmd_status(args) -> int:
                     print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
                 while not changed.wait(1.0):
                     pass
-        except KeyboardInterrupt:
+        except (KeyboardInterrupt, Terminated):
             return 0
     finally:
         _close(client)
@@ -353,11 +445,9 @@ def _check_identifier(identifier: Optional[str]) -> Optional[str]:
         raise _fail(f"bad identifier: {exc}", EXIT_USAGE) from None
 
 
-def _check_cmd(cmd: list) -> list:
-    if cmd and cmd[0] == "--":
-        cmd = cmd[1:]
+def _check_cmd(cmd: Optional[list], command: str) -> list:
     if not cmd:
-        raise _fail("missing command: usage: zkrecipes lock PATH [options] -- CMD [ARGS...]", EXIT_USAGE)
+        raise _fail(f"missing command: usage: zkrecipes {command} PATH [options] -- CMD [ARGS...]", EXIT_USAGE)
     return cmd
 
 
@@ -398,6 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     fmt = argparse.RawDescriptionHelpFormatter
     lk = sub.add_parser("lock", help="run CMD while holding a lock", epilog=EXIT_CODES, formatter_class=fmt,
+                        usage="%(prog)s PATH [options] -- CMD [ARGS...]",
                         description="Hold PATH (fair write lock by default) while CMD runs; exit with CMD's "
                                     "status. The fencing token is exported as ZKRECIPES_TOKEN.")
     lk.add_argument("path", metavar="PATH")
@@ -411,10 +502,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="after a lost hold, SIGKILL CMD S seconds after SIGTERM (default 10)")
     lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
     common(lk)
-    lk.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
-    lk.set_defaults(func=cmd_lock)
+    lk.set_defaults(func=cmd_lock, parser=lk)
 
     el = sub.add_parser("elect", help="run CMD while leader", epilog=EXIT_CODES, formatter_class=fmt,
+                        usage="%(prog)s PATH [options] -- CMD [ARGS...]",
                         description="Campaign on PATH; run CMD while leader; exit with CMD's status.")
     el.add_argument("path", metavar="PATH")
     el.add_argument("--identifier", metavar="ID")
@@ -422,31 +513,36 @@ def build_parser() -> argparse.ArgumentParser:
     el.add_argument("--requeue", action="store_true", help="campaign again each time CMD ends")
     el.add_argument("--grace", type=_nonneg, default=10.0, metavar="S")
     common(el)
-    el.add_argument("cmd", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS]")
-    el.set_defaults(func=cmd_elect)
+    el.set_defaults(func=cmd_elect, parser=el)
 
     st = sub.add_parser("status", help="show holders and waiters of PATH", epilog=EXIT_CODES, formatter_class=fmt)
     st.add_argument("path", metavar="PATH")
     st.add_argument("--json", action="store_true", help="machine-readable output")
     st.add_argument("--watch", action="store_true", help="redraw on every change until Ctrl-C")
     common(st)
-    st.set_defaults(func=cmd_status)
+    st.set_defaults(func=cmd_status, parser=st)
 
     dm = sub.add_parser("demo", help="run the demo (starts a local ensemble unless --hosts/ZK_HOSTS)",
                         epilog=EXIT_CODES, formatter_class=fmt)
     dm.add_argument("--hosts", help="use this ensemble instead of starting one")
     dm.add_argument("--workers", type=int, default=3, metavar="N", help="worker processes per recipe (default 3)")
     dm.add_argument("--seconds", type=_positive, default=20.0, metavar="S", help="length of the run (default 20)")
-    dm.set_defaults(func=cmd_demo)
+    dm.set_defaults(func=cmd_demo, parser=dm)
     return p
 
 
 def cmd_demo(args) -> int:
-    from .demo import run_demo
+    from .demo import MAX_WORKERS, MIN_SECONDS, run_demo
 
-    if args.workers < 2:
-        raise _fail(f"--workers must be >= 2, got {args.workers}", EXIT_USAGE)
-    return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout)
+    if not 2 <= args.workers <= MAX_WORKERS:
+        raise _fail(f"--workers must be between 2 and {MAX_WORKERS}, got {args.workers}", EXIT_USAGE)
+    if args.seconds < MIN_SECONDS:
+        raise _fail(f"--seconds must be at least {MIN_SECONDS:g} (a failover takes a session timeout), "
+                    f"got {args.seconds:g}", EXIT_USAGE)
+    try:
+        return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout)
+    except Terminated:
+        raise _fail("demo terminated", EXIT_TERMINATED) from None
 
 
 def _version() -> str:
@@ -455,13 +551,48 @@ def _version() -> str:
     return __version__
 
 
+def _setup_logging() -> None:
+    """Quiet by default (errors reach the user as one line from the CLI); ZKRECIPES_LOG=debug|info|...
+    turns on the library's and kazoo's logs."""
+    level = os.environ.get("ZKRECIPES_LOG")
+    fmt = "%(asctime)s %(name)s %(levelname)s %(message)s"
+    if not level:
+        logging.basicConfig(level=logging.CRITICAL, format=fmt)
+        return
+    if not isinstance(logging.getLevelName(level.upper()), int):
+        print(f"zkrecipes: ignoring ZKRECIPES_LOG={level!r} (use debug, info, warning or error)", file=sys.stderr)
+        level = "WARNING"
+    logging.basicConfig(level=level.upper(), format=fmt)
+
+
+def _split_command(argv: list) -> tuple:
+    """(options, command): the command is everything after the first ``--``, None without one."""
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
+def _parse(argv: list):
+    head, cmd = _split_command(argv)
+    args, extras = build_parser().parse_known_args(head)
+    takes_cmd = args.command in ("lock", "elect")
+    if extras:
+        if takes_cmd and cmd is None and not extras[0].startswith("-"):
+            args.parser.error(f"put '--' before the command: zkrecipes {args.command} PATH [options] -- "
+                              + " ".join(extras))
+        args.parser.error("unrecognized arguments: " + " ".join(extras))
+    if cmd is not None and not takes_cmd:
+        args.parser.error(f"'{args.command}' takes no command after '--'")
+    args.cmd = cmd
+    return args
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``zkrecipes`` console script; returns the exit status."""
-    logging.basicConfig(level=os.environ.get("ZKRECIPES_LOG", "WARNING").upper(),
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if os.environ.get("ZKRECIPES_LOG") is None:
-        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    args = build_parser().parse_args(argv)
+    _setup_logging()
+    args = _parse(list(sys.argv[1:] if argv is None else argv))
+    old = {s: signal.signal(s, _terminate) for s in _STOP_SIGNALS}
     try:
         return args.func(args)
     except CliError as exc:
@@ -470,6 +601,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("zkrecipes: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Terminated as sig:
+        print(f"zkrecipes: terminated (signal {sig.signum})", file=sys.stderr)
+        return 128 + sig.signum
+    except Exception as exc:
+        from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError
+
+        if isinstance(exc, (ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError)):
+            print(f"zkrecipes: lost the connection to ZooKeeper ({type(exc).__name__})", file=sys.stderr)
+            return EXIT_UNAVAILABLE
+        log.debug("internal error", exc_info=True)
+        print(f"zkrecipes: internal error: {type(exc).__name__}: {exc} (ZKRECIPES_LOG=debug shows the traceback)",
+              file=sys.stderr)
+        return EXIT_SOFTWARE
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
 
 
 if __name__ == "__main__":
