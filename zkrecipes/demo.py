@@ -1,9 +1,13 @@
 """The demo behind ``zkrecipes demo`` / ``make demo``: worker processes use every recipe while things break.
 
 Worker processes (each its own ZooKeeper session) (a) take a FairLock in turn and append to a shared log,
-(b) share a ReadWriteLock (readers overlap, writers alone), (c) elect a leader. Half-way through, the
-leader worker is killed (SIGKILL) and so is one ZooKeeper server (only for the embedded ensemble). The
-verdict is computed from the histories the workers recorded, not from what they claim.
+(b) share a ReadWriteLock (readers overlap, writers alone), (c) elect a leader. Part-way through, the
+leader worker is killed (SIGKILL); once another worker leads, one ZooKeeper server -- the ZooKeeper
+leader -- is killed too (only for the embedded ensemble). The verdict is computed from the histories the
+workers recorded, not from what they claim.
+
+The run is driven by the parent: workers stop when their stdin closes, so a run never ends before the
+failover it is waiting for, and workers never outlive the demo.
 """
 
 from __future__ import annotations
@@ -16,23 +20,39 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from typing import Optional, TextIO
 
-SESSION_TIMEOUT = 3.0
+SESSION_TIMEOUT = 3.0  # of the workers' sessions: a killed leader is replaced about this long after
+FAILOVER_SLACK = 3.0  # allowed on top of it (server tick, ZooKeeper's own elections, a loaded machine)
+MIN_SECONDS = 6.0
+MAX_WORKERS = 20
+WAIT_LIMIT = 30.0  # for a leader to appear / a worker to stop
 
 
 # -- workers (run as ``python -m zkrecipes.demo worker ...``) ------------------------------------------
-def _worker(role: str, hosts: str, path: str, out: str, seconds: float, index: int) -> None:
+def _worker(role: str, hosts: str, path: str, out: str, index: int) -> None:
     from kazoo.client import KazooClient
 
     from . import FairLock, LeaderElection, LockLost, ReadWriteLock
 
     rnd = random.Random(index)
     client = KazooClient(hosts=hosts, timeout=SESSION_TIMEOUT)
-    client.start(timeout=30)
-    end = time.monotonic() + seconds
+    client.start(timeout=WAIT_LIMIT)
+    stop = threading.Event()
+    cancellers: list = []
+
+    def watch_stdin() -> None:  # the parent closes our stdin to end the run (or dies)
+        sys.stdin.read()
+        stop.set()
+        while True:  # a cancel lands only on an acquire already under way: repeat until we are done
+            for c in cancellers:
+                c()
+            time.sleep(0.1)
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
     name = f"{role}-{index}"
     with open(out, "a", buffering=1) as f:
 
@@ -41,8 +61,9 @@ def _worker(role: str, hosts: str, path: str, out: str, seconds: float, index: i
 
         if role == "fair":
             lock = FairLock(client, f"{path}/fair", identifier=name)
-            while time.monotonic() < end:
-                if not lock.acquire(timeout=max(0.1, end - time.monotonic())):
+            cancellers.append(lock.cancel)
+            while not stop.is_set():
+                if not lock.acquire():
                     break
                 rec("grant", seq=int(lock.node.rsplit("-", 1)[1]), token=lock.token)
                 with open(os.path.join(os.path.dirname(out), "shared.log"), "a") as log:
@@ -52,10 +73,11 @@ def _worker(role: str, hosts: str, path: str, out: str, seconds: float, index: i
                 lock.release()
         elif role == "rw":
             rw = ReadWriteLock(client, f"{path}/rw", identifier=name)
-            while time.monotonic() < end:
+            cancellers.extend([rw.read().cancel, rw.write().cancel])
+            while not stop.is_set():
                 side = rw.write() if rnd.random() < 0.25 else rw.read()
                 kind = "write" if side is rw.write() else "read"
-                if not side.acquire(timeout=max(0.1, end - time.monotonic())):
+                if not side.acquire():
                     break
                 rec("grant", kind=kind, token=side.token)
                 time.sleep(rnd.uniform(0.05, 0.12))
@@ -63,19 +85,20 @@ def _worker(role: str, hosts: str, path: str, out: str, seconds: float, index: i
                 side.release()
         elif role == "elect":
             election = LeaderElection(client, f"{path}/election", identifier=name)
+            cancellers.append(election.cancel)
 
             def lead() -> None:
                 rec("leader", token=election.token)
                 try:
-                    while time.monotonic() < end:
+                    while not stop.is_set():
                         election.check()
                         time.sleep(0.05)
                     rec("resign")
                 except LockLost:
                     rec("lost")
 
-            while time.monotonic() < end:
-                if not election.campaign(timeout=max(0.1, end - time.monotonic())):
+            while not stop.is_set():
+                if not election.campaign():
                     break
                 lead()
                 election.resign()
@@ -85,7 +108,7 @@ def _worker(role: str, hosts: str, path: str, out: str, seconds: float, index: i
 
 # -- the run -----------------------------------------------------------------------------------------
 def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) -> int:
-    """Run the demo and print its verdict; 0 when every check passed, 1 otherwise."""
+    """Run the demo for about ``seconds`` and print its verdict; 0 when every check passed, 1 otherwise."""
     from .cli import EXIT_UNAVAILABLE, CliError, connect
 
     hosts = hosts or os.environ.get("ZK_HOSTS")
@@ -109,59 +132,106 @@ def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) ->
     tmp = tempfile.mkdtemp(prefix="zkrecipes-demo-")
     path = f"/zkrecipes-demo/{uuid.uuid4().hex[:8]}"
     procs: list = []
+    client = None
     try:
-        client = connect(hosts, 30.0, 10.0)
+        client = connect(hosts, 10.0, 10.0)
         say(f"{workers} workers each on a FairLock, a ReadWriteLock and a LeaderElection under {path}, "
-            f"{seconds:g} s")
+            f"about {seconds:g} s")
+        start = time.monotonic()
         for role in ("fair", "rw", "elect"):
             for i in range(workers):
                 cmd = [sys.executable, "-m", "zkrecipes.demo", "worker", role, hosts, path,
-                       os.path.join(tmp, f"{role}-{i}.jsonl"), str(seconds), str(i)]
-                procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
+                       os.path.join(tmp, f"{role}-{i}.jsonl"), str(i)]
+                procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE))
         from . import LeaderElection
 
         observer = LeaderElection(client, f"{path}/election")
-        deadline = time.monotonic() + 30
-        while observer.leader() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(seconds / 2)
-        kill_t, killed = None, None
-        leader = observer.leader()
-        if leader is not None and leader.pid:
-            killed = leader.identifier
-            kill_t = time.monotonic()
+        leader = _wait_for(lambda: observer.leader(), WAIT_LIMIT)
+        kill_t, killed, zk_killed, zk_kill_t = None, None, None, None
+        if leader is None or not leader.pid:
+            say(f"no leader elected within {WAIT_LIMIT:g} s")
+        else:
+            _sleep_until(start + seconds * 0.4)
+            leader = observer.leader() or leader
+            killed, kill_t = leader.identifier, time.monotonic()
             os.kill(leader.pid, signal.SIGKILL)
             say(f"killed the leader worker {leader.identifier} (pid {leader.pid}) with SIGKILL")
-        zk_killed = None
+            new = _wait_for(lambda: _other_leader(observer, killed), SESSION_TIMEOUT + WAIT_LIMIT)
+            if new is not None:
+                say(f"{new.identifier} leads now")
         if ensemble is not None:
-            zk_killed = ensemble.leader()
-            ensemble.kill(zk_killed)
-            say(f"killed ZooKeeper server {zk_killed} (the ZooKeeper leader)")
-        for p in procs:
-            try:
-                p.wait(timeout=max(1.0, seconds + 30 - (time.monotonic() - t0)))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        if ensemble is not None and zk_killed is not None:
+            _sleep_until(start + seconds * 0.6)
+            zk_killed, zk_kill_t = ensemble.leader(), time.monotonic()
+            if zk_killed is not None:
+                ensemble.kill(zk_killed)
+                say(f"killed ZooKeeper server {zk_killed} (the ZooKeeper leader)")
+        _sleep_until(max(start + seconds, (zk_kill_t or 0.0) + 1.5))
+        say("stopping the workers")
+        _stop_all(procs)
+        if zk_killed is not None:
             ensemble.start(zk_killed)
             say(f"ZooKeeper server {zk_killed} restarted and serving")
-        _close_quietly(client)
         events = _load(tmp)
-        ok = _verdict(events, kill_t, killed, seconds, zk_killed, say)
-        with open(os.path.join(tmp, "shared.log")) as f:
-            say(f"shared log written by fair-lock holders: {sum(1 for _ in f)} lines")
+        ok = _verdict(events, kill_t, killed, zk_killed, zk_kill_t, say)
+        lines = 0
+        if os.path.exists(os.path.join(tmp, "shared.log")):
+            with open(os.path.join(tmp, "shared.log")) as f:
+                lines = sum(1 for _ in f)
+        say(f"shared log written by fair-lock holders: {lines} lines")
+        say("verdict: " + ("PASS, every check held" if ok else "FAIL, see the FAIL lines above"))
         return 0 if ok else 1
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
+        if client is not None:
+            _close_quietly(client)
         if ensemble is not None:
             ensemble.close()
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _wait_for(fn, timeout: float):
+    """Poll ``fn`` until it returns something truthy or ``timeout`` passes (then None)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = fn()
+        except Exception:
+            value = None
+        if value or time.monotonic() >= deadline:
+            return value or None
+        time.sleep(0.05)
+
+
+def _sleep_until(t: float) -> None:
+    delay = t - time.monotonic()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _other_leader(observer, killed: Optional[str]):
+    leader = observer.leader()
+    return leader if leader is not None and leader.identifier != killed else None
+
+
+def _stop_all(procs: list) -> None:
+    """Close every worker's stdin (their signal to stop), then wait; kill the ones that do not stop."""
+    for p in procs:
+        try:
+            p.stdin.close()
+        except OSError:
+            pass
+    deadline = time.monotonic() + WAIT_LIMIT
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def _close_quietly(client) -> None:
@@ -208,7 +278,7 @@ def _overlaps(a: list, b: list) -> int:
     return sum(1 for x in a for y in b if x is not y and x[0] < y[1] and y[0] < x[1])
 
 
-def _verdict(events, kill_t, killed, seconds, zk_killed, say) -> bool:
+def _verdict(events, kill_t, killed, zk_killed, zk_kill_t, say) -> bool:
     checks = []
 
     def check(ok: bool, text: str) -> None:
@@ -231,17 +301,18 @@ def _verdict(events, kill_t, killed, seconds, zk_killed, say) -> bool:
           f"election: {len(leaders)} leadership terms, never two leaders at once")
     ltokens = [g["token"] for _, _, _, g in leaders]
     check(ltokens == sorted(ltokens), "election: leader tokens increase")
-    if kill_t is not None:
+    if kill_t is None:
+        check(False, "election: no leader to kill")
+    else:
         after = [s for s, _, w, _ in leaders if s > kill_t and w != killed]
         if after:
             fo = after[0] - kill_t
-            check(fo <= SESSION_TIMEOUT + 2.0, f"election: new leader {fo:.2f} s after the leader was killed "
-                  f"(session timeout {SESSION_TIMEOUT:g} s)")
+            check(fo <= SESSION_TIMEOUT + FAILOVER_SLACK, f"election: new leader {fo:.2f} s after the leader "
+                  f"was killed (its session timeout: {SESSION_TIMEOUT:g} s)")
         else:
             check(False, "election: no new leader after the leader was killed")
     if zk_killed is not None:
-        mid = kill_t or 0.0
-        later = [s for s, _, _, _ in fair if s > mid + 0.5]
+        later = [s for s, _, _, _ in fair if s > zk_kill_t]
         check(len(later) > 0, f"fair lock: {len(later)} grants after ZooKeeper server {zk_killed} was killed")
     return all(checks)
 
@@ -261,13 +332,17 @@ def main(argv: Optional[list] = None) -> None:
     w = sub.add_parser("worker")
     for name in ("role", "hosts", "path", "out"):
         w.add_argument(name)
-    w.add_argument("seconds", type=float)
     w.add_argument("index", type=int)
     args = p.parse_args(argv)
     import logging
 
     logging.basicConfig(level=logging.CRITICAL)
-    _worker(args.role, args.hosts, args.path, args.out, args.seconds, args.index)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it stops us
+    try:
+        _worker(args.role, args.hosts, args.path, args.out, args.index)
+    except Exception as exc:
+        print(f"zkrecipes demo: worker {args.role}-{args.index} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
