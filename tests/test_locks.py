@@ -403,6 +403,37 @@ def test_predecessor_gone_before_the_watch_leaves_no_watch(zk, zk_factory, zk_en
     lock.release()
 
 
+# -- round trips ------------------------------------------------------------------------------------
+def record_requests(client, monkeypatch) -> list:
+    """Names of the requests ``client`` puts on the wire from now on (pings left out)."""
+    sent: list = []
+    conn = client._connection
+    real = conn._submit
+
+    def submit(request, timeout, xid=None):
+        if type(request).__name__ != "Ping":
+            sent.append(type(request).__name__)
+        return real(request, timeout, xid)
+
+    monkeypatch.setattr(conn, "_submit", submit)
+    return sent
+
+
+@pytest.mark.parametrize("recipe", ["fair", "rw-write", "rw-read"])
+def test_uncontended_acquire_is_one_create_and_one_listing_release_one_delete(zk, monkeypatch, recipe):
+    make = RECIPES[recipe] if recipe != "rw-read" else (lambda c, p: ReadWriteLock(c, p).read())
+    zk.create("/rt/keep", makepath=True)  # not a queue node; keeps the container parent from being reaped
+    with make(zk, "/rt"):
+        pass  # the first acquire of this process also ensures the parent
+    sent = record_requests(zk, monkeypatch)
+    lock = make(zk, "/rt")  # a new object: the parent is ensured once per process, not per object
+    assert lock.acquire()
+    assert sent == ["Create2", "GetChildren"]  # sent back to back: one round trip
+    del sent[:]
+    lock.release()
+    assert sent == ["Delete"]
+
+
 # -- fencing tokens ---------------------------------------------------------------------------------
 def test_token_grows_across_holders_and_paths(zk, zk_factory):
     clients = [zk, zk_factory(), zk_factory()]
@@ -540,3 +571,13 @@ def test_fair_lock_contenders_in_queue_order(zk, zk_factory):
         for w in waiters:
             assert w.wait(10) is False
     assert children(zk, "/who") == []
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, recipe):
+    lock = RECIPES[recipe](zk, "/never/used")
+    assert lock.contenders() == []  # the parent was never created
+    with lock:
+        assert len(lock.contenders()) == 1
+    wait_until(lambda: zk.exists("/never") is None, 10, "the parents were reaped")
+    assert lock.contenders() == []

@@ -239,3 +239,35 @@ def test_release_during_a_cut_never_deletes_a_later_holders_node(zk_factory, par
     assert stat is not None and stat.ephemeralOwner == session(rival_client)
     assert rival.is_held
     rival.release()
+
+
+@pytest.mark.parametrize("release_during_cut", [False, True], ids=["release-after-heal", "release-during-cut"])
+@pytest.mark.parametrize("recipe", ["fair", "exclusive", "rw-read"])
+def test_waiter_survives_a_short_cut(zk, zk_factory, partition, recipe, release_during_cut):
+    """A dropped connection loses the waiter's watch (server- and kazoo-side); it must watch again."""
+    holder = RECIPES["exclusive" if recipe == "exclusive" else "fair"](zk, "/wblip")
+    assert holder.acquire()
+    client = zk_factory(hosts=partition.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+    lock = RECIPES[recipe](client, "/wblip")
+    finish = threading.Event()
+    waiter = Acquirer(lock, hold_until=finish, timeout=30)
+    prefix = client.chroot + "/wblip/"
+    wait_until(lambda: any(p.startswith(prefix) for p in list(client._data_watchers)), 10, "the waiter watches")
+    sid = session(client)
+
+    partition.cut()
+    wait_until(lambda: not client.connected, 5, "the waiter's connection dropped")
+    if release_during_cut:
+        holder.release()
+    partition.heal()
+    wait_until(lambda: client.connected, 10, "reconnected")
+    assert session(client) == sid
+    if not release_during_cut:
+        wait_until(lambda: any(p.startswith(prefix) for p in list(client._data_watchers)), 10, "watching again")
+        assert not waiter.done.is_set()
+        holder.release()
+    assert waiter.wait(15) is True
+    assert client.exists(waiter.node).ephemeralOwner == sid
+    finish.set()
+    assert waiter.released.wait(10)
+    assert children(zk, "/wblip") == []

@@ -419,7 +419,10 @@ class Queue:
 
     def contenders(self) -> list:
         """Every node of the queue in order, with the data its owner wrote (reads pipelined)."""
-        nodes = naming.sort_queue(self.client.get_children(self.path))
+        try:
+            nodes = naming.sort_queue(self.client.get_children(self.path))
+        except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
+            return []
         pending = [self.client.get_async(f"{self.path}/{n.name}") for n in nodes]
         out = []
         for n, ar in zip(nodes, pending):
