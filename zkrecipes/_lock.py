@@ -80,8 +80,11 @@ class Lock:
 
     def _make_hold(self, path: str, token: int, session: int) -> Hold:
         hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
-        if session_id(self.client) != session:
+        current = session_id(self.client)
+        if current is None:
             hold.state = SUSPENDED  # connection dropped while we were being granted
+        elif current != session:
+            hold.mark_lost()  # the session ended before the hold was installed
         return hold
 
     def _verify(self, hold: Hold) -> bool:

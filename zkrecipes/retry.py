@@ -22,7 +22,7 @@ def default_policy() -> tenacity.Retrying:
     """Retry transient errors every 50 ms growing to 1 s, with jitter, for at most 5 minutes."""
     return tenacity.Retrying(
         retry=tenacity.retry_if_exception_type(TRANSIENT),
-        wait=tenacity.wait_exponential_jitter(initial=0.05, max=1.0, jitter=0.05),
+        wait=tenacity.wait_exponential(multiplier=0.05, max=1.0) + tenacity.wait_random(0, 0.05),
         stop=tenacity.stop_after_delay(300),
         reraise=True,
     )
