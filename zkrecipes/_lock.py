@@ -352,7 +352,7 @@ class Lock:
 
     @property
     def token(self) -> Optional[int]:
-        """Fencing token while held: the czxid of our node, growing across the whole ensemble; else None."""
+        """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
         hold = self._gate.hold
         return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
 

@@ -57,5 +57,9 @@ def call(
             if deadline is not None and time.monotonic() >= deadline:
                 raise
     base = policy or _DEFAULT
-    retrying = base.copy(stop=base.stop | _StopAtDeadline(deadline), reraise=True)
+    retrying = base.copy(
+        retry=base.retry & tenacity.retry_if_exception_type(TRANSIENT),  # never retry anything else
+        stop=base.stop | _StopAtDeadline(deadline),
+        reraise=True,
+    )
     return retrying(fn, *args, **kw)
