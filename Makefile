@@ -21,6 +21,7 @@ docs: setup
 
 bench: export EXTRAS = test,docs,bench
 bench: setup
+	@bash bench/setup.sh
 	$(PY) bench/run.py
 
 safety: setup
