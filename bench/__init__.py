@@ -1,0 +1,1 @@
+"""The zkrecipes benchmark (issue 7); run ``python bench/run.py`` or ``make bench``."""

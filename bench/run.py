@@ -1,0 +1,186 @@
+"""zkrecipes benchmark (issue 7): every measure, side by side, in one run on one ZooKeeper ensemble.
+
+    python bench/run.py            # full run (make bench): 3 servers with forceSync=yes, a few minutes
+    python bench/run.py --smoke    # every measure with tiny sizes, in seconds (tests/test_bench_smoke.py)
+    python bench/run.py --hosts H  # use an ensemble that is already running instead of starting one
+
+Writes ``latest.json``, ``latest.md`` and ``latest.png`` to ``--out`` (default ``bench/results``).
+Implementations alternate op by op (uncontended) and run by run (contended, herd, read/write), so
+drift on a busy machine hits all of them alike; ratios to the floors measured in the same run are
+the result, absolute times are context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import uuid
+from datetime import datetime, timezone
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench import harness, measures, report  # noqa: E402
+
+FULL = {
+    "uncontended": {"ops": 80, "blocks": 5},
+    "contended": {"sizes": [2, 8, 32], "reps": 3, "duration": 2.0, "floor_samples": 40},
+    "herd": {
+        "sizes": [2, 10, 100, 500],
+        "handoffs": {2: 20, 10: 20, 100: 12, 500: 6},
+        "reps": {2: 2, 10: 2, 100: 2, 500: 1},
+    },
+    "read_write": {
+        "peak_readers": 32,
+        "peak_reps": 3,
+        "mixed_sessions": 32,
+        "mixed_duration": 3.0,
+        "mixed_reps": 2,
+        "starve_readers": 8,
+        "starve_duration": 3.0,
+        "reader_hold": 0.02,
+    },
+    "one_client": {"threads": 64, "duration": 2.0, "reps": 3},
+    "profile_ops": 300,
+}
+
+SMOKE = {
+    "uncontended": {"ops": 4, "blocks": 2},
+    "contended": {"sizes": [2, 3], "reps": 1, "duration": 0.3, "floor_samples": 4},
+    "herd": {"sizes": [2, 4], "handoffs": {2: 3, 4: 3}, "reps": {2: 1, 4: 1}},
+    "read_write": {
+        "peak_readers": 4,
+        "peak_reps": 1,
+        "mixed_sessions": 4,
+        "mixed_duration": 0.4,
+        "mixed_reps": 1,
+        "starve_readers": 2,
+        "starve_duration": 0.4,
+        "reader_hold": 0.02,
+    },
+    "one_client": {"threads": 4, "duration": 0.3, "reps": 1},
+    "profile_ops": 10,
+}
+
+
+def log(msg: str, _t0=time.monotonic()) -> None:
+    print(f"[bench {time.monotonic() - _t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: list) -> dict:
+    counters = harness.Counters()
+    pool = harness.Pool(hosts, counters)
+    root = f"/zkrecipes-bench/{uuid.uuid4().hex[:12]}"
+    ctx = measures.Ctx(pool=pool, counters=counters, root=root, log=log, redis=redis_ports)
+    t0 = time.monotonic()
+    result: dict = {"config": cfg}
+    try:
+        pool.grow(1)[0].ensure_path(root)
+        zk_version = harness.server_version(pool.servers)
+        u = cfg["uncontended"]
+        result["uncontended"] = measures.uncontended(ctx, u["ops"], u["blocks"])
+        c = cfg["contended"]
+        result["contended"] = measures.contended(ctx, c["sizes"], c["reps"], c["duration"], c["floor_samples"])
+        rw = cfg["read_write"]
+        result["read_write"] = measures.read_write(ctx, **rw)
+        o = cfg["one_client"]
+        result["one_client"] = measures.one_client(ctx, o["threads"], o["duration"], o["reps"])
+        result["profile"] = measures.profile_fairlock(ctx, cfg["profile_ops"])
+        h = cfg["herd"]
+        log(f"herd: growing the pool to {max(h['sizes']) + 1} sessions")
+        result["herd"] = measures.herd(ctx, h["sizes"], h["handoffs"], h["reps"])
+        measures.cleanup(ctx)
+    finally:
+        pool.close()
+    result["meta_partial"] = {"zookeeper": zk_version, "duration_s": time.monotonic() - t0}
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every measure runs")
+    ap.add_argument("--hosts", help="connect string of a running ensemble (default: start 3 local servers)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--no-redis", action="store_true", help="skip the Redis baseline")
+    ap.add_argument("--no-force-sync", action="store_true", help="start the ensemble with forceSync=no")
+    args = ap.parse_args(argv)
+    cfg = SMOKE if args.smoke else FULL
+    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    t0 = time.monotonic()
+    command = "python bench/run.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
+    mach = harness.machine()
+    redis_reason = "skipped (--no-redis)" if args.no_redis else harness.redis_absent_reason()
+    servers = []
+    ensemble = None
+    try:
+        if redis_reason is None:
+            for fsync in (False, True):
+                s = harness.RedisServer(fsync_always=fsync)
+                servers.append(s)
+                s.__enter__()
+            redis_ports = [(measures.REDIS, servers[0].port), (measures.REDIS_FSYNC, servers[1].port)]
+            redis_desc = (
+                f"redis-server {harness.redis_version()} on loopback, one unreplicated server; "
+                "plain (no persistence) and appendfsync always"
+            )
+        else:
+            redis_ports = []
+            redis_desc = f"absent: {redis_reason}"
+        if args.hosts:
+            hosts = args.hosts
+            ens_desc = f"external ensemble {hosts} (forceSync as configured there)"
+        else:
+            from zkrecipes.testing import Ensemble
+
+            force_sync = not args.no_force_sync
+            ensemble = Ensemble(size=3, force_sync=force_sync)
+            log("starting 3 ZooKeeper servers")
+            ensemble.start()
+            hosts = ensemble.hosts
+            ens_desc = f"3 local servers, forceSync={'yes' if force_sync else 'no'}, tickTime {ensemble.tick_ms} ms"
+        log(f"ensemble: {ens_desc}; redis: {redis_desc}")
+        result = run(hosts, cfg, args.smoke, ens_desc, redis_ports)
+    finally:
+        if ensemble is not None:
+            ensemble.close()
+        for s in servers:
+            s.close()
+    partial = result.pop("meta_partial")
+    result["meta"] = {
+        "started": started,
+        "command": command.strip(),
+        "smoke": args.smoke,
+        "duration_s": time.monotonic() - t0,
+        "measure_duration_s": partial["duration_s"],
+        "ensemble": ens_desc,
+        "zookeeper": partial["zookeeper"],
+        "redis": redis_desc,
+        "redis_present": bool(redis_ports),
+        "machine": mach,
+        "loadavg_end": list(os.getloadavg()),
+        "contenders": "threads of this one process; each contender its own KazooClient session unless stated",
+    }
+    result["targets"] = report.targets(result)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "latest.json"), "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+        f.write("\n")
+    png = os.path.join(args.out, "latest.png")
+    why = report.plot(result, png)
+    md = report.markdown(result)
+    if why:
+        md += f"\nNo plot: {why}.\n"
+    with open(os.path.join(args.out, "latest.md"), "w") as f:
+        f.write(md)
+    log(f"wrote {args.out}/latest.json, latest.md" + ("" if why else ", latest.png"))
+    for t in result["targets"]:
+        mark = "met " if t["met"] else "MISS"
+        log(f"target {mark} {t['target']}: {t['measured']!r} (limit {t['limit']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
