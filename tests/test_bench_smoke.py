@@ -1,0 +1,107 @@
+"""The benchmark's smoke mode runs every measure with tiny sizes against the test ensemble.
+
+It checks structure and sanity only (every row present, counts positive, all readers held together),
+never speed, so that ``bench/run.py`` cannot rot between benchmark runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_bench_smoke(zk_ensemble, tmp_path):
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "bench", "run.py"),
+            "--smoke",
+            "--hosts",
+            zk_ensemble.hosts,
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads((out / "latest.json").read_text())
+    md = (out / "latest.md").read_text()
+    cfg = res["config"]
+    assert res["meta"]["smoke"] is True
+
+    un = {r["impl"]: r for r in res["uncontended"]["rows"]}
+    expected = {
+        "floor: create(E|S) + delete",
+        "zkrecipes FairLock",
+        "zkrecipes ExclusiveLock",
+        "zkrecipes RW read",
+        "zkrecipes RW write",
+        "kazoo Lock",
+        "kazoo ReadLock",
+        "kazoo WriteLock",
+    }
+    assert expected <= set(un)
+    if res["meta"]["redis_present"]:
+        assert any(name.startswith("Redis") for name in un)
+    else:
+        assert res["meta"]["redis"].startswith("absent: ")
+    for r in un.values():
+        assert r["n"] == res["uncontended"]["ops_per_impl"]
+        assert r["median_ms"] > 0 and r["p99_ms"] >= r["median_ms"]
+        assert r["ratio_to_floor"] > 0
+        if not r["impl"].startswith("Redis"):
+            assert r["requests_per_op"].get("delete", 0) >= 1  # every ZooKeeper release is a delete
+    assert un["zkrecipes FairLock"]["requests_per_op"].get("create", 0) >= 1
+
+    co = res["contended"]
+    assert co["anchor"]["n"] > 0 and co["anchor"]["median_ms"] > 0
+    for n in cfg["contended"]["sizes"]:
+        for impl in ("zkrecipes FairLock", "zkrecipes ExclusiveLock", "kazoo Lock"):
+            (row,) = [r for r in co["rows"] if r["impl"] == impl and r["sessions"] == n]
+            assert row["acquisitions"] > 0 and row["throughput_per_s"] > 0
+            assert row["handoff"]["n"] > 0 and row["ratio_to_handoff_floor"] > 0
+            assert row["errors"] == 0 and row["clean_exit"]
+
+    he = res["herd"]
+    for w in cfg["herd"]["sizes"]:
+        for impl in ("zkrecipes FairLock", "zkrecipes ExclusiveLock", "kazoo Lock"):
+            (row,) = [r for r in he["rows"] if r["impl"] == impl and r["waiters"] == w]
+            assert row["cycles"] > 0 and row["handoff"]["n"] > 0
+            assert row["notifications_per_release"] >= 1 and row["requests_total_per_cycle"] > 0
+            assert row["errors"] == 0 and row["clean_exit"]
+        (fair,) = [r for r in he["rows"] if r["impl"] == "zkrecipes FairLock" and r["waiters"] == w]
+        assert fair["notifications_min"] >= 1
+
+    rw = res["read_write"]
+    readers = cfg["read_write"]["peak_readers"]
+    (peak,) = [r for r in rw["peak"] if r["impl"] == "zkrecipes RW read"]
+    assert peak["readers"] == readers and peak["peak"] == readers and peak["failed"] == 0
+    for r in rw["mixed"]:
+        assert r["read_wait"]["n"] > 0 and r["clean_exit"] and r["errors"] == 0
+    for r in rw["starvation"]:
+        assert r["writer_wait"]["n"] > 0 and r["reads"] > 0 and r["writer_timeouts"] == 0 and r["clean_exit"]
+
+    oc = res["one_client"]["rows"]
+    assert {r["impl"] for r in oc} == {"zkrecipes FairLock", "zkrecipes ExclusiveLock", "kazoo Lock"}
+    for r in oc:
+        assert r["threads"] == cfg["one_client"]["threads"]
+        assert r["acquisitions"] > 0 and r["errors"] == 0 and r["clean_exit"]
+
+    assert res["profile"]["top"] and res["profile"]["thread_cpu_us_per_op"] > 0
+    assert len(res["targets"]) == 5 and all(t["measured"] is not None for t in res["targets"])
+    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5."):
+        assert heading in md
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert "No plot: matplotlib is not installed" in md
+    else:
+        assert (out / "latest.png").stat().st_size > 0
