@@ -33,6 +33,7 @@ from kazoo.protocol.serialization import Create2, GetChildren, int_struct, write
 from kazoo.protocol.states import EventType, KeeperState
 
 from . import naming, retry
+from .errors import LockError
 from .naming import QueueNode
 from .session import SessionWatcher, session_id
 
@@ -107,16 +108,21 @@ def ensure_path(client: KazooClient, path: str, acl: list, call: Callable = _blo
     """Create ``path`` and its missing ancestors as container nodes with ``acl``.
 
     ``call(start)`` runs one async operation (``start()`` returns a kazoo async result) and returns its
-    value; the default blocks, a :class:`Waiter` bounds it by a deadline and retries.
+    value; the default blocks, a :class:`Waiter` bounds it by a deadline and retries. Raises LockError
+    if the client's chroot does not exist (nothing can be created under it).
     """
-    if call(lambda: client.exists_async(path)) is not None:
-        return
     parts = path.strip("/").split("/")
-    for i in range(1, len(parts) + 1):
+    for _attempt in range(10):  # an ancestor reaped (container) between our creates: start over
+        if call(lambda: client.exists_async(path)) is not None:
+            return
         try:
-            _create_container(client, "/" + "/".join(parts[:i]), acl, call)
-        except NoNodeError:  # an ancestor was reaped between our creates: start over
-            return ensure_path(client, path, acl, call)
+            for i in range(1, len(parts) + 1):
+                _create_container(client, "/" + "/".join(parts[:i]), acl, call)
+            return
+        except NoNodeError:
+            if client.chroot and call(lambda: client.exists_async("/")) is None:
+                raise LockError(f"the client's chroot {client.chroot!r} does not exist; create it first") from None
+    raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
 
 
 def submit(client: KazooClient, requests: list) -> list:
