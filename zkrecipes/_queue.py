@@ -46,6 +46,10 @@ class DeadlinePassed(Exception):
     """Internal: the acquire's deadline passed."""
 
 
+class _SessionGone(Exception):
+    """Internal: the session that owned a node has ended."""
+
+
 class Cancelled(Exception):
     """Internal: the acquire was cancelled."""
 
@@ -329,7 +333,8 @@ class Queue:
             except (DeadlinePassed, Cancelled, KeyboardInterrupt):
                 create.rawlink(_delete_if_created(self.client))
                 raise
-            except SessionExpiredError:
+            except SessionExpiredError:  # kazoo is setting up a new session: give it a moment
+                waiter.wake.wait(0.05)
                 continue
             except retry.TRANSIENT:
                 entry = self._find_own(waiter, name, guid, sequence)
@@ -409,16 +414,16 @@ class Queue:
 
     def delete(self, path: str, session: Optional[int] = None, timeout: float = 30.0) -> None:
         """Delete our node (idempotent), unless it belongs to a session other than ``session``."""
-        if session is not None and session_id(self.client) not in (None, session):
-            return  # our session is gone, and the node with it
         deadline = time.monotonic() + timeout
+
+        def attempt() -> None:
+            if session is not None and session_id(self.client) not in (None, session):
+                raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
+            self.client.delete_async(path).get(timeout=max(0.01, deadline - time.monotonic()))
+
         try:
-            retry.call(
-                lambda: self.client.delete_async(path).get(timeout=max(0.01, deadline - time.monotonic())),
-                deadline=deadline,
-                policy=self.policy,
-            )
-        except (NoNodeError, SessionExpiredError):
+            retry.call(attempt, deadline=deadline, policy=self.policy)
+        except (NoNodeError, SessionExpiredError, _SessionGone):
             pass
         except Exception:
             log.exception("could not delete %s; it goes when the session ends", path)
