@@ -356,6 +356,15 @@ def machine() -> dict:
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         out = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=20).stderr
         info["java"] = out.splitlines()[0] if out else None
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        git = ["git", "-C", root]
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            git + ["status", "--porcelain", "--", "zkrecipes"], capture_output=True, text=True, timeout=10
+        )
+        if head.returncode == 0:
+            info["commit"] = head.stdout.strip() + (" (zkrecipes/ has uncommitted changes)" if dirty.stdout else "")
     from importlib.metadata import PackageNotFoundError, version
 
     for pkg in ("kazoo", "tenacity", "zkrecipes", "redis"):

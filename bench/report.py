@@ -99,7 +99,7 @@ def markdown(result: dict) -> str:
     m = result["meta"]
     mc = m["machine"]
     lines = [
-        f"Run {m['started']} · `{m['command']}` · {m['duration_s']:.0f} s"
+        f"Run {m['started']} · `{m['command']}` · {m['duration_s']:.0f} s · commit {mc.get('commit', '?')}"
         + (" · **smoke run: sizes too small for conclusions**" if m["smoke"] else ""),
         "",
         f"Machine: {mc.get('cpu_model', '?')}, {mc.get('cpus')} CPUs, {mc.get('memory_gib')} GiB, "
