@@ -83,6 +83,7 @@ class Ctx:
     root: str
     log: Callable[[str], None]
     redis: list = field(default_factory=list)  # [(label, port)]
+    deadline: Optional[float] = None  # time.monotonic() by which the measures should be done
     _seq: itertools.count = field(default_factory=itertools.count)
 
     def path(self, name: str) -> str:
@@ -362,22 +363,27 @@ def contended(ctx: Ctx, sizes: list, reps: int, duration: float, floor_samples: 
 # -- 3. herd ---------------------------------------------------------------------------------------
 
 
-def herd_run(ctx: Ctx, name: str, clients: list, handoffs: int, warmup: int) -> dict:
+def herd_run(ctx: Ctx, name: str, clients: list, handoffs: int, warmup: int, max_seconds: float = 600.0) -> dict:
     """W = len(clients) - 1 waiters behind one holder; every acquirer re-queues after handing off.
 
     After ``warmup`` acquisitions (queue locks: every participant re-queued once, so each waiter's
     view of the queue is the steady-state one), each release waits until all W others are inside
     acquire and no request is in flight; the requests and notifications counted between two such
     quiet points belong to one release + hand-off + re-queue cycle.
+
+    ``max_seconds`` bounds the run (so ``make bench`` stays within its time): past 60 % of it a warm-up
+    is cut short, past all of it measuring stops once one cycle is recorded; both are reported.
     """
     w = len(clients) - 1
     path = ctx.path(f"herd-{name}")
     locks = [LOCKS[name](c, path) for c in clients]
     cond = threading.Condition()
-    st = SimpleNamespace(inside=0, last=None, count=0, stop=False, unsettled=0, errors=0)
+    st = SimpleNamespace(
+        inside=0, last=None, count=0, stop=False, unsettled=0, errors=0, warmup=warmup, warmup_cut=False, cut=False
+    )
     latencies: list = []
     cycles: list = []
-    target = warmup + handoffs + 1
+    t0 = time.monotonic()
     watches_before = server_watches(ctx.pool.servers)
 
     def quiet_snapshot():
@@ -411,14 +417,19 @@ def herd_run(ctx: Ctx, name: str, clients: list, handoffs: int, warmup: int) -> 
                 lk.release()
                 return
             snap = None
-            if n >= warmup:
+            elapsed = time.monotonic() - t0
+            if n < st.warmup and elapsed > 0.6 * max_seconds:
+                st.warmup, st.warmup_cut = n, True
+            if n >= st.warmup:
                 if prev is not None and prev[2] is not None and prev[1] != i:
                     latencies.append(t1 - prev[0])
                 snap = quiet_snapshot()
                 if prev is not None and prev[2] is not None:
                     req, notes = delta(prev[2], snap)
                     cycles.append({"requests": req, "notifications": notes})
-            if n >= target:
+            if elapsed > max_seconds and cycles and n < st.warmup + handoffs + 1:
+                st.cut = True
+            if n >= st.warmup + handoffs + 1 or st.cut:
                 with cond:
                     st.stop = True
                     cond.notify_all()
@@ -432,7 +443,6 @@ def herd_run(ctx: Ctx, name: str, clients: list, handoffs: int, warmup: int) -> 
                 cond.wait_for(lambda seen=seen: st.count != seen or st.stop, timeout=300)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(clients))]
-    t0 = time.monotonic()
     for t in threads:
         t.start()
     with cond:
@@ -466,10 +476,17 @@ def herd_run(ctx: Ctx, name: str, clients: list, handoffs: int, warmup: int) -> 
             None if watches_before is None or watches_after is None else watches_after - watches_before
         ),
         "unsettled": st.unsettled,
+        "warmup_cut": st.warmup_cut,
+        "cut_short": st.cut,
         "errors": st.errors,
         "clean_exit": ok,
         "seconds": time.monotonic() - t0,
     }
+
+
+def _herd_cost(w: int, name: str) -> float:
+    """Relative expected duration of a herd run (kazoo's Lock costs the same at any W; the others grow)."""
+    return (w + 20) * (0.2 if name == K_LOCK else 1.0)
 
 
 def herd(ctx: Ctx, sizes: list, handoffs: dict, reps: dict) -> dict:
@@ -477,18 +494,26 @@ def herd(ctx: Ctx, sizes: list, handoffs: dict, reps: dict) -> dict:
     impls = [EXCL, FAIR, K_LOCK]
     clients = ctx.pool.grow(max(sizes) + 1)
     runs = []
-    for j, w in enumerate(sizes):
-        for rep in range(reps.get(w, 1)):
-            for name in rotate(impls, rep + j):
-                warmup = 1 if name == EXCL else w + 2
-                r = herd_run(ctx, name, clients[: w + 1], handoffs.get(w, 5), warmup)
-                r["rep"] = rep
-                runs.append(r)
-                ctx.log(
-                    f"herd W={w} rep {rep} {name}: {r['notifications_per_release']:.1f} notifications/release, "
-                    f"{r['requests_total_per_cycle']:.1f} requests/cycle, handoff median "
-                    f"{summary(r['latencies'])['median_ms'] or 0:.2f} ms ({r['seconds']:.1f} s)"
-                )
+    plan = [
+        (w, rep, name) for j, w in enumerate(sizes) for rep in range(reps.get(w, 1)) for name in rotate(impls, rep + j)
+    ]
+    for k, (w, rep, name) in enumerate(plan):
+        warmup = 1 if name == EXCL else w + 2
+        # share what is left of the time budget among the runs left, by their expected cost
+        left = None if ctx.deadline is None else ctx.deadline - time.monotonic()
+        weight = sum(_herd_cost(x[0], x[2]) for x in plan[k:])
+        allowed = 600.0 if left is None else max(15.0, left * _herd_cost(w, name) / weight)
+        r = herd_run(ctx, name, clients[: w + 1], handoffs.get(w, 5), warmup, allowed)
+        r["rep"] = rep
+        runs.append(r)
+        ctx.log(
+            f"herd W={w} rep {rep} {name}: {r['notifications_per_release']:.1f} notifications/release, "
+            f"{r['requests_total_per_cycle']:.1f} requests/cycle, handoff median "
+            f"{summary(r['latencies'])['median_ms'] or 0:.2f} ms ({r['seconds']:.1f} s of {allowed:.0f} allowed"
+            + (", warm-up cut short" if r["warmup_cut"] else "")
+            + (", measuring cut short" if r["cut_short"] else "")
+            + ")"
+        )
     rows = []
     for name in impls:
         base = None
@@ -518,6 +543,8 @@ def herd(ctx: Ctx, sizes: list, handoffs: dict, reps: dict) -> dict:
                     "requests_total_per_cycle": sum(req.values()),
                     "server_watches_left": [r["server_watches_left"] for r in mine],
                     "unsettled": sum(r["unsettled"] for r in mine),
+                    "warmup_cut": sum(r["warmup_cut"] for r in mine),
+                    "cut_short": sum(r["cut_short"] for r in mine),
                     "errors": sum(r["errors"] for r in mine),
                     "clean_exit": all(r["clean_exit"] for r in mine),
                     "seconds": sum(r["seconds"] for r in mine),

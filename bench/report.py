@@ -173,6 +173,8 @@ def markdown(result: dict) -> str:
             f"| {_f(r['requests_total_per_cycle'], 1)}: {_req(r['requests_per_cycle'])} "
             f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {_f(r['ratio_to_smallest_w'])} "
             f"| {', '.join(_f(x) for x in r['server_watches_left'])} |"
+            + (f" warm-up cut short in {r['warmup_cut']} run(s)" if r.get("warmup_cut") else "")
+            + (f" measuring cut short in {r['cut_short']} run(s)" if r.get("cut_short") else "")
         )
     rw = result["read_write"]
     lines += [
