@@ -340,7 +340,11 @@ class Queue:
                 entry = self._find_own(waiter, name, guid, sequence)
                 if entry is None:
                     continue
-                return entry, (self.children(waiter) if listing else None)
+                try:
+                    return entry, (self.children(waiter) if listing else None)
+                except BaseException:
+                    self.delete(entry.path, entry.session)
+                    raise
             sid = session_id(self.client)
             if sid is not None and sid != stat.ephemeralOwner:
                 continue  # created by a session that has since expired: the node is gone
@@ -348,9 +352,13 @@ class Queue:
             children = None
             if listing:
                 try:
-                    children = waiter.wait_result(children_ar)
-                except (NoNodeError, SessionExpiredError) + retry.TRANSIENT:
-                    children = self.children(waiter)
+                    try:
+                        children = waiter.wait_result(children_ar)
+                    except (NoNodeError, SessionExpiredError) + retry.TRANSIENT:
+                        children = self.children(waiter)
+                except BaseException:  # deadline, cancel, Ctrl-C after our node exists: remove it
+                    self.delete(entry.path, entry.session)
+                    raise
             return entry, children
 
     def enqueue(self, waiter: Waiter, host: str, kind: str, identifier: Optional[str]) -> tuple:
