@@ -274,7 +274,7 @@ def plot(result: dict, path: str) -> Optional[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (it is in the 'bench' extra)"
-    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
     ax = axes[0][0]
     un = result["uncontended"]["rows"]
     names = [r["impl"] for r in un]
@@ -311,7 +311,8 @@ def plot(result: dict, path: str) -> Optional[str]:
         for impl in (EXCL, FAIR, K_LOCK):
             rows = [r for r in he["rows"] if r["impl"] == impl]
             ys = [r[key]["median_ms"] if key == "handoff" else max(r[key], 0.1) for r in rows]
-            ax.plot([r["waiters"] for r in rows], ys, marker="o", label=impl)
+            style = {"ls": "--", "marker": "s"} if impl == FAIR else {"marker": "o"}
+            ax.plot([r["waiters"] for r in rows], ys, label=impl, **style)
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("waiters W")
@@ -320,16 +321,52 @@ def plot(result: dict, path: str) -> Optional[str]:
         ax.legend(fontsize=7)
     ax = axes[1][2]
     oc = result["one_client"]["rows"]
+    thinks = sorted({r["think_ms"] for r in oc})
+    impls = [EXCL, FAIR, K_LOCK]
+    width = 0.8 / len(thinks)
+    for k, think in enumerate(thinks):
+        vals = [
+            next((r["throughput_per_s"] for r in oc if r["impl"] == i and r["think_ms"] == think), 0) for i in impls
+        ]
+        ax.bar([x + k * width for x in range(len(impls))], vals, width, label=f"think {think:.0f} ms")
+    ax.set_xticks([x + width * (len(thinks) - 1) / 2 for x in range(len(impls))])
+    ax.set_xticklabels([i.replace("zkrecipes ", "") for i in impls], fontsize=8)
+    ax.set_ylabel("acquires/s")
+    ax.set_title(f"5. {oc[0]['threads']} threads on one session")
+    ax.legend(fontsize=7)
+    ax = axes[0][3]
     mixed = result["read_write"]["mixed"]
-    labels = [f"{r['impl']}\n{r['threads']} thr, think {r['think_ms']:.0f} ms" for r in oc] + [
-        f"{r['impl']} RW\nwrite p50" for r in mixed
-    ]
-    vals = [r["throughput_per_s"] / 100 for r in oc] + [r["write_wait"]["median_ms"] or 0 for r in mixed]
-    ax.bar(range(len(vals)), vals, color=["tab:green"] * len(oc) + ["tab:purple"] * len(mixed))
-    ax.set_xticks(range(len(vals)))
-    ax.set_xticklabels(labels, fontsize=6)
-    ax.set_ylabel("acquires/s ÷ 100 (green) · ms (purple)")
-    ax.set_title("5. One client: throughput · 4. RW 90/10: writer wait p50")
+    labels = ["read p50", "read p99", "write p50", "write p99"]
+    for k, r in enumerate(mixed):
+        vals = [
+            r["read_wait"]["median_ms"],
+            r["read_wait"]["p99_ms"],
+            r["write_wait"]["median_ms"],
+            r["write_wait"]["p99_ms"],
+        ]
+        ax.bar([x + k * 0.4 for x in range(4)], [v or 0 for v in vals], 0.4, label=r["impl"])
+    ax.set_xticks([x + 0.2 for x in range(4)])
+    ax.set_xticklabels(labels, fontsize=8)
+    ax.set_ylabel("wait ms")
+    ax.set_title(f"4. RW 90/10 mix, {mixed[0]['sessions']} sessions")
+    ax.legend(fontsize=7)
+    ax = axes[1][3]
+    starve = result["read_write"]["starvation"]
+    for k, r in enumerate(starve):
+        w = r["writer_wait"]
+        ax.bar(
+            [x + k * 0.4 for x in range(3)],
+            [w["median_ms"] or 0, w["p99_ms"] or 0, w["max_ms"] or 0],
+            0.4,
+            label=r["impl"],
+        )
+    hold = result["read_write"]["starvation_setup"]["reader_hold_ms"]
+    ax.axhline(hold, color="k", ls=":", label=f"one reader hold ({hold:.0f} ms)")
+    ax.set_xticks([x + 0.2 for x in range(3)])
+    ax.set_xticklabels(["p50", "p99", "max"], fontsize=8)
+    ax.set_ylabel("writer wait ms")
+    ax.set_title("4. Writer wait while readers keep arriving")
+    ax.legend(fontsize=7)
     m = result["meta"]
     fig.suptitle(f"zkrecipes bench {m['started']} ({m['ensemble']}){' SMOKE' if m['smoke'] else ''}")
     fig.tight_layout()

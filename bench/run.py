@@ -103,6 +103,16 @@ def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: lis
     return result
 
 
+def write_report(result: dict, out: str) -> None:
+    why = report.plot(result, os.path.join(out, "latest.png"))
+    md = report.markdown(result)
+    if why:
+        md += f"\nNo plot: {why}.\n"
+    with open(os.path.join(out, "latest.md"), "w") as f:
+        f.write(md)
+    log(f"wrote {out}/latest.json, latest.md" + ("" if why else ", latest.png"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every measure runs")
@@ -110,7 +120,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--no-redis", action="store_true", help="skip the Redis baseline")
     ap.add_argument("--no-force-sync", action="store_true", help="start the ensemble with forceSync=no")
+    ap.add_argument("--report-only", action="store_true", help="re-render latest.md and latest.png from latest.json")
     args = ap.parse_args(argv)
+    if args.report_only:
+        with open(os.path.join(args.out, "latest.json")) as f:
+            result = json.load(f)
+        write_report(result, args.out)
+        return 0
     cfg = SMOKE if args.smoke else FULL
     started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     t0 = time.monotonic()
@@ -172,14 +188,7 @@ def main(argv=None) -> int:
     with open(os.path.join(args.out, "latest.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
-    png = os.path.join(args.out, "latest.png")
-    why = report.plot(result, png)
-    md = report.markdown(result)
-    if why:
-        md += f"\nNo plot: {why}.\n"
-    with open(os.path.join(args.out, "latest.md"), "w") as f:
-        f.write(md)
-    log(f"wrote {args.out}/latest.json, latest.md" + ("" if why else ", latest.png"))
+    write_report(result, args.out)
     for t in result["targets"]:
         mark = "met " if t["met"] else "MISS"
         log(f"target {mark} {t['target']}: {t['measured']!r} (limit {t['limit']})")
