@@ -384,21 +384,24 @@ def test_interrupt_while_waiting_leaves_no_node_and_no_watch(zk, zk_factory, zk_
 
 
 def test_predecessor_gone_before_the_watch_leaves_no_watch(zk, zk_factory, zk_ensemble):
-    """The node ahead vanishes between our listing and our exists call: no stray watch may remain."""
+    """The node ahead vanishes between our listing and our watch call: no stray watch may remain."""
     holder = FairLock(zk, "/race")
     assert holder.acquire()
     client = zk_factory()
-    real_exists = client.exists_async
+    real_get = client.get_async
+    raced = []
 
-    def exists_after_release(path, watch=None):
+    def get_after_release(path, watch=None):
         if watch is not None and holder.is_held:
             holder.release()  # same thread as the test: the holder lets go right before we watch
-        return real_exists(path, watch=watch)
+            raced.append(path)
+        return real_get(path, watch=watch)
 
-    client.exists_async = exists_after_release
+    client.get_async = get_after_release
     lock = FairLock(client, "/race")
     assert lock.acquire(timeout=10)
-    client.exists_async = real_exists
+    client.get_async = real_get
+    assert raced, "the race was not exercised: the waiter never set a watch"
     assert_no_watch(client, "/race", zk_ensemble)
     lock.release()
 

@@ -226,11 +226,17 @@ class Waiter:
             raise
 
     def watch(self, path: str):
-        """Set our (single) exists watch on ``path``; returns its stat, or None if it is gone."""
+        """Set our (single) data watch on ``path``; returns its stat, or None if it is already gone.
+
+        A ``get`` rather than ``exists``: on a missing node it leaves no watch behind to remove.
+        """
         self.unwatch()
         self.wake.clear()
-        stat = self.call(lambda: self.client.exists_async(path, watch=self._on_watch))
-        self._watched = path  # an exists watch is set even when the node is gone: unwatch() removes it
+        try:
+            _, stat = self.call(lambda: self.client.get_async(path, watch=self._on_watch))
+        except NoNodeError:
+            return None
+        self._watched = path
         return stat
 
     def unwatch(self) -> None:
@@ -397,21 +403,34 @@ class Queue:
                 path = f"{self.path}/{blocker.name}"
                 try:
                     stat = waiter.watch(path)
+                    if stat is not None:
+                        waiter.sleep()
+                        if not waiter.was_deleted(path):
+                            continue  # woken by the session or a data change: look again
+                        if blocker is ahead[0]:
+                            # It was the head of our listing and nodes only ever join behind us, so
+                            # the rule can be asked again without a read.
+                            ahead.remove(blocker)
+                            continue
+                    # Gone, and nodes ahead of it may be gone too: list the queue once.
+                    ahead = self._ahead(waiter, entry)
+                    if ahead is None:
+                        entry = None  # our node is gone (deleted, or with an expired session)
                 except SessionExpiredError:
                     entry = None
-                    continue
-                if stat is None:
-                    ahead.remove(blocker)
-                    continue
-                waiter.sleep()
-                if waiter.was_deleted(path):
-                    ahead.remove(blocker)
         except BaseException:
             if entry is not None:
                 self.delete(entry.path, entry.session)
             raise
         finally:
             waiter.unwatch()
+
+    def _ahead(self, waiter: Waiter, entry: Entry) -> Optional[list]:
+        """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
+        nodes = naming.sort_queue(self.children(waiter))
+        if not any(n.sequence == entry.node.sequence for n in nodes):
+            return None
+        return [n for n in nodes if n.sequence < entry.node.sequence]
 
     def _confirm(self, waiter: Waiter, entry: Entry) -> bool:
         try:
