@@ -8,6 +8,7 @@ client share the gate, so two ``FairLock`` objects in one process exclude each o
 
 from __future__ import annotations
 
+import collections
 import threading
 import weakref
 from typing import Optional
@@ -26,6 +27,7 @@ class Gate:
         self.writer: Optional[int] = None  # thread ident holding the write side
         self.counts: dict = {}  # thread ident -> [write count, read count]
         self.waiting_writers = 0
+        self.line: collections.deque = collections.deque()  # thread idents waiting to queue, in arrival order
         self.objects: set = set()  # lock objects attached to the current hold
         self.writer_behind = None  # the hold behind whose node a writer was seen queued (no more local joins)
 

@@ -126,47 +126,59 @@ class Lock:
         if kind == naming.READ:
             self._look_for_writers(deadline)
         with g.cond:
-            while True:
-                c = g.counts.get(tid)
+            try:
+                return self._gate_loop(g, tid, kind, blocking, deadline)
+            finally:
+                if tid in g.line:  # leave the local line however we leave (granted, miss, error)
+                    g.line.remove(tid)
+                    g.cond.notify_all()
+
+    def _gate_loop(
+        self, g: _local.Gate, tid: int, kind: str, blocking: bool, deadline: Optional[float]
+    ) -> Optional[str]:
+        while True:
+            c = g.counts.get(tid)
+            if kind == naming.WRITE:
+                if g.writer == tid:
+                    c[_W] += 1
+                    self._attach(g.hold)
+                    return _HAVE
+                if c and c[_R]:
+                    raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
+                if g.hold is None and not g.busy and (not g.line or g.line[0] == tid):
+                    break
+            else:
+                if c:  # reentrant read, or read under our own write lock (downgrade)
+                    c[_R] += 1
+                    self._attach(g.hold)
+                    return _HAVE
+                if (
+                    g.mode == naming.READ
+                    and g.hold.state == HELD
+                    and not g.waiting_writers
+                    and g.writer_behind is not g.hold
+                ):
+                    g.counts[tid] = [0, 1]
+                    self._attach(g.hold)
+                    return _HAVE
+                if g.hold is None and not g.busy and (not g.line or g.line[0] == tid):
+                    break
+            if self._cancel.is_set():
+                return None
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if not blocking or (remaining is not None and remaining <= 0):
+                return None
+            if tid not in g.line:
+                g.line.append(tid)  # threads queue for the gate in arrival order
+            if kind == naming.WRITE:
+                g.waiting_writers += 1
+            try:
+                g.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+            finally:
                 if kind == naming.WRITE:
-                    if g.writer == tid:
-                        c[_W] += 1
-                        self._attach(g.hold)
-                        return _HAVE
-                    if c and c[_R]:
-                        raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
-                    if g.hold is None and not g.busy:
-                        break
-                else:
-                    if c:  # reentrant read, or read under our own write lock (downgrade)
-                        c[_R] += 1
-                        self._attach(g.hold)
-                        return _HAVE
-                    if (
-                        g.mode == naming.READ
-                        and g.hold.state == HELD
-                        and not g.waiting_writers
-                        and g.writer_behind is not g.hold
-                    ):
-                        g.counts[tid] = [0, 1]
-                        self._attach(g.hold)
-                        return _HAVE
-                    if g.hold is None and not g.busy:
-                        break
-                if self._cancel.is_set():
-                    return None
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if not blocking or (remaining is not None and remaining <= 0):
-                    return None
-                if kind == naming.WRITE:
-                    g.waiting_writers += 1
-                try:
-                    g.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
-                finally:
-                    if kind == naming.WRITE:
-                        g.waiting_writers -= 1
-            g.busy = True
-            return _QUEUE
+                    g.waiting_writers -= 1
+        g.busy = True
+        return _QUEUE
 
     def _look_for_writers(self, deadline: Optional[float]) -> None:
         """Before a thread joins this process's read hold: is a writer queued behind our node? Joining
