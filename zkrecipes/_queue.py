@@ -373,7 +373,9 @@ class Queue:
         entry, children = self.create(
             waiter, naming.prefix(host, kind), naming.node_data(identifier, guid, host), guid, True, listing=True
         )
-        ahead = [n for n in naming.sort_queue(children) if n.sequence < entry.node.sequence]
+        mine = entry.node.sequence
+        seqs = ((c, naming.sequence(c)) for c in children)
+        ahead = naming.sort_queue([c for c, seq in seqs if seq is not None and seq < mine])
         return entry, ahead
 
     def acquire(
@@ -427,10 +429,16 @@ class Queue:
 
     def _ahead(self, waiter: Waiter, entry: Entry) -> Optional[list]:
         """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-        nodes = naming.sort_queue(self.children(waiter))
-        if not any(n.sequence == entry.node.sequence for n in nodes):
-            return None
-        return [n for n in nodes if n.sequence < entry.node.sequence]
+        mine, seen, ahead = entry.node.sequence, False, []
+        for name in self.children(waiter):  # filter before parsing: in a long queue most are behind us
+            seq = naming.sequence(name)
+            if seq is None or seq > mine:
+                continue
+            if seq == mine:
+                seen = True
+            else:
+                ahead.append(name)
+        return naming.sort_queue(ahead) if seen else None
 
     def _confirm(self, waiter: Waiter, entry: Entry) -> bool:
         try:

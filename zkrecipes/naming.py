@@ -104,6 +104,9 @@ def parse(name: str) -> Optional[QueueNode]:
     Names of other recipes with a sequence suffix (kazoo's ``<uuid>__lock__<seq>`` say) parse as kind
     ``"W"`` with an empty host, so they block like writers instead of being ignored.
     """
+    head, sep, tail = name.rpartition("-")
+    if sep and len(tail) >= 10 and tail.isdigit() and tail.isascii() and head[-2:] in ("-R", "-W"):
+        return QueueNode(name, head[:-2], head[-1], int(tail))  # fast path: our own names
     m = _SEQ.search(name)
     if not m:
         return None
@@ -112,6 +115,15 @@ def parse(name: str) -> Optional[QueueNode]:
     if head.endswith(("-R-", "-W-")):
         return QueueNode(name, head[:-3], head[-2], seq)
     return QueueNode(name, "", WRITE, seq)
+
+
+def sequence(name: str) -> Optional[int]:
+    """The integer sequence suffix of a child name (cheaper than :func:`parse`), or None."""
+    tail = name[-10:]
+    if tail.isdigit() and tail.isascii():
+        m = _SEQ.search(name) if len(name) > 10 and name[-11].isdigit() else None
+        return int(m.group(1)) if m else int(tail)
+    return None
 
 
 def sort_queue(children: list) -> list:
