@@ -16,7 +16,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from typing import Callable, NamedTuple, Optional
 
 import tenacity
@@ -188,8 +187,7 @@ class Waiter:
         self.wake = threading.Event()
         self.deleted: set = set()
         self._watched: Optional[str] = None
-        self._session = SessionWatcher.of(client)
-        self._session.subscribe(self._on_session)
+        self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
 
     def _on_session(self, event: str) -> None:
         self.wake.set()
@@ -232,6 +230,9 @@ class Waiter:
         """
         self.unwatch()
         self.wake.clear()
+        if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
+            self._session = SessionWatcher.of(self.client)
+            self._session.subscribe(self._on_session)
         try:
             _, stat = self.call(lambda: self.client.get_async(path, watch=self._on_watch))
         except NoNodeError:
@@ -258,7 +259,8 @@ class Waiter:
 
     def close(self) -> None:
         self.unwatch()
-        self._session.unsubscribe(self._on_session)
+        if self._session is not None:
+            self._session.unsubscribe(self._on_session)
 
 
 class Entry(NamedTuple):
@@ -369,7 +371,7 @@ class Queue:
 
     def enqueue(self, waiter: Waiter, host: str, kind: str, identifier: Optional[str]) -> tuple:
         """Create our sequential node and list the queue in one round trip; returns (Entry, nodes ahead)."""
-        guid = uuid.uuid4().hex
+        guid = naming.new_guid()
         entry, children = self.create(
             waiter, naming.prefix(host, kind), naming.node_data(identifier, guid, host), guid, True, listing=True
         )

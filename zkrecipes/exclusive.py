@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-
 from kazoo.exceptions import NodeExistsError, SessionExpiredError
 
 from . import naming
@@ -26,7 +24,7 @@ class ExclusiveLock(Lock):
     _family = "exclusive"
 
     def _zk_acquire(self, waiter: Waiter) -> Hold:
-        guid = uuid.uuid4().hex
+        guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         path = f"{self.path}/{NODE}"
         while True:

@@ -6,6 +6,7 @@ Every validator raises ``TypeError``/``ValueError`` naming the bad value, before
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -133,19 +134,21 @@ def sort_queue(children: list) -> list:
     return nodes
 
 
+@functools.lru_cache(maxsize=256)
+def _static_data(identifier: Optional[str], host: str, pid: int) -> str:
+    return json.dumps({"host": host, "pid": pid, "id": identifier}, separators=(",", ":"))[:-1]
+
+
 def node_data(identifier: Optional[str], guid: str, host: str) -> bytes:
     """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid."""
-    return json.dumps(
-        {
-            "host": host,
-            "pid": os.getpid(),
-            "thread": threading.current_thread().name,
-            "id": identifier,
-            "guid": guid,
-            "time": time.time(),
-        },
-        separators=(",", ":"),
-    ).encode()
+    static = _static_data(identifier, host, os.getpid())
+    thread = json.dumps(threading.current_thread().name)
+    return f'{static},"thread":{thread},"guid":"{guid}","time":{time.time()!r}}}'.encode()
+
+
+def new_guid() -> str:
+    """A random per-acquire id, used to find our node again after a lost create reply."""
+    return os.urandom(16).hex()
 
 
 def read_data(data: Optional[bytes]) -> dict:

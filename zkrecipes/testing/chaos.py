@@ -1,0 +1,875 @@
+"""The safety lab: can two holders ever both act? Jepsen-style evidence, rerunnable with one command.
+
+``python -m zkrecipes.testing.chaos [--long] [--seed N] [--out DIR]`` (``make safety`` runs ``--long``)
+
+A trial starts a 3-server ZooKeeper ensemble on 127.0.0.1 (and, for the Redis baseline, a
+``redis-server``), then ≥ 8 worker processes (:mod:`zkrecipes.testing.chaos_worker`), each with its own
+session and its own loopback :class:`~zkrecipes.testing.Partition` proxies (one per server, run by this
+process). Workers loop acquire → read-modify-write a :class:`~zkrecipes.testing.fenced.FencedRegister`
+→ release and record every step. Meanwhile this process -- the nemesis -- injects a seeded schedule of
+faults and records them:
+
+``leader-kill``      SIGKILL the ZooKeeper leader, restart it after a second
+``follower-kill``    the same for a follower
+``quorum-loss``      stop two of three servers past the session timeout, then restart them
+``session-expiry``   expire the current holder's session server-side (a second connection with its
+                     session id and password, published by the worker, closes the session)
+``partition``        cut the current holder's proxies for longer than the session timeout, then heal
+``pause``            SIGSTOP the current holder longer than the session timeout, then SIGCONT
+``holder-kill``      SIGKILL the current holder and start a replacement worker
+
+Trials: ``zk`` (zkrecipes FairLock, ReadWriteLock and LeaderElection, three threads per worker on one
+session), ``kazoo`` (kazoo's ``Lock``) and ``redis`` (the classic ``SET NX PX`` lock; ZooKeeper server
+faults map to killing, or stopping, the single redis-server, and session expiry to expiring the holder's
+key server-side; there is no follower to kill). The short run (default, used by ``make test``) runs the
+``zk`` trial with each fault once; ``--long`` runs every trial with each fault three times.
+
+The verdict comes from :mod:`zkrecipes.testing.chaos_check`, which reads only the recorded histories.
+Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
+fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
+status is 1 when zkrecipes had an accepted overlap, a lost increment, an orphan node or a hung worker.
+Every process started is killed (process groups, and parent-death signals) however the run ends.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import datetime
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from typing import Callable, Optional
+
+from .chaos_check import check_trial
+from .ensemble import Ensemble, four_letter, free_ports
+from .faults import Partition
+from .fenced import FencedRegister
+
+FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "pause", "holder-kill")
+HOLDER_FAULTS = ("session-expiry", "partition", "pause", "holder-kill")
+TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",)}
+IMPL_NAMES = {
+    "fair": "zkrecipes FairLock",
+    "rw": "zkrecipes ReadWriteLock",
+    "election": "zkrecipes LeaderElection",
+    "kazoo": "kazoo Lock",
+    "redis": "Redis SET NX PX",
+}
+TOKENS = {
+    "fair": "czxid (lock.token)",
+    "rw": "czxid (lock.token)",
+    "election": "czxid (election.token)",
+    "kazoo": "none (czxid needs an extra read)",
+    "redis": "none (random value, not ordered)",
+}
+ZK_IMPLS = ("fair", "rw", "election")
+HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
+REDIS_KEY = "chaos-lock"
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # in the child, between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _killpg(proc: Optional[subprocess.Popen], sig: int) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+class Settings:
+    """One run's knobs; ``short()``/``long()`` are the two documented presets."""
+
+    def __init__(self, **kw) -> None:
+        self.seed = 1
+        self.workers = 8
+        self.session_timeout = 3.0
+        self.repeat = 1
+        self.settle = 1.0
+        self.hold = (0.02, 0.15)
+        self.trials = ("zk",)
+        self.long = False
+        self.__dict__.update(kw)
+
+
+class Journal:
+    """The nemesis's own history (``nemesis.jsonl``)."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def __call__(self, ev: str, **kw) -> dict:
+        rec = {"t": time.monotonic(), "wall": time.time(), "ev": ev, **kw}
+        os.write(self._fd, (json.dumps(rec, default=str) + "\n").encode())
+        return rec
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+class RedisServer:
+    """A throw-away ``redis-server`` on 127.0.0.1 without persistence (the classic single instance)."""
+
+    def __init__(self, workdir: str) -> None:
+        self.port = free_ports(1)[0]
+        self.workdir = workdir
+        self.proc: Optional[subprocess.Popen] = None
+        self._log = open(os.path.join(workdir, "redis.log"), "ab")
+
+    def start(self, timeout: float = 15.0) -> None:
+        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--dir", self.workdir]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True, preexec_fn=_die_with_parent)
+        deadline = time.monotonic() + timeout
+        while not self.ping():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server did not answer on port {self.port}; see {self.workdir}/redis.log")
+            time.sleep(0.05)
+
+    def ping(self) -> bool:
+        import redis
+
+        try:
+            with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5) as r:
+                return bool(r.ping())
+        except redis.RedisError:
+            return False
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def close(self) -> None:
+        self.signal(signal.SIGKILL)
+        self._log.close()
+
+
+class Slot:
+    """A worker position: its proxies outlive the worker process, which a holder-kill replaces."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.gen = -1
+        self.proc: Optional[subprocess.Popen] = None
+        self.proxies: list = []
+        self.session_file = ""
+
+
+class Trial:
+    """One lock implementation (or the three zkrecipes recipes) under the full nemesis schedule."""
+
+    def __init__(self, name: str, st: Settings, workdir: str, say: Callable[[str], None],
+                 ensemble: Optional[Ensemble], redis_server: Optional[RedisServer]) -> None:
+        self.name = name
+        self.st = st
+        self.dir = workdir
+        self.say = say
+        self.ens = ensemble
+        self.redis = redis_server
+        self.impls = TRIALS[name]
+        self.rnd = random.Random(f"{st.seed}-{name}")
+        self.root = f"/zkrecipes-chaos/{uuid.uuid4().hex[:8]}-{name}"
+        self.paths = {impl: f"{self.root}/{impl}" for impl in self.impls} if name != "redis" else {"redis": REDIS_KEY}
+        self.registers = {impl: os.path.join(workdir, f"register-{impl}.jsonl") for impl in self.impls}
+        self.stop_file = os.path.join(workdir, "STOP")
+        self.kinds = [k for k in FAULT_KINDS if not (name == "redis" and k == "follower-kill")]
+        self.slots = [Slot(i) for i in range(st.workers)]
+        self.journal = Journal(os.path.join(workdir, "nemesis.jsonl"))
+        self.mon = None
+        self.hard_stop = 0.0
+        self._fault_n = 0
+
+    # -- workers ------------------------------------------------------------------------------------------
+    def _upstreams(self) -> list:
+        if self.name == "redis":
+            return [f"127.0.0.1:{self.redis.port}"]
+        return [self.ens.host(i) for i in range(self.ens.size)]
+
+    def start_worker(self, slot: Slot) -> None:
+        if not slot.proxies:
+            slot.proxies = [Partition(up) for up in self._upstreams()]
+        slot.gen += 1
+        slot.session_file = os.path.join(self.dir, f"session-{slot.index}-{slot.gen}.json")
+        cfg = {
+            "impl": self.name,
+            "slot": slot.index,
+            "gen": slot.gen,
+            "seed": f"{self.st.seed}-{self.name}-{slot.index}-{slot.gen}",
+            "hosts": ",".join(p.hosts for p in slot.proxies),
+            "redis_port": slot.proxies[0].port,
+            "redis_key": REDIS_KEY,
+            "root": self.root,
+            "registers": self.registers,
+            "out": os.path.join(self.dir, f"w-{slot.index}-{slot.gen}.jsonl"),
+            "session_file": slot.session_file,
+            "stop_file": self.stop_file,
+            "stop_at": self.hard_stop,
+            "session_timeout": self.st.session_timeout,
+            "hold": list(self.st.hold),
+        }
+        cfg_path = os.path.join(self.dir, f"cfg-{slot.index}-{slot.gen}.json")
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        env = dict(os.environ)
+        pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        log = open(os.path.join(self.dir, f"stderr-{slot.index}-{slot.gen}.log"), "ab")
+        try:
+            slot.proc = subprocess.Popen(
+                [sys.executable, "-m", "zkrecipes.testing.chaos_worker", cfg_path],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True, preexec_fn=_die_with_parent,
+            )
+        finally:
+            log.close()
+
+    def wait_ready(self, slots: list, timeout: float = 60.0) -> None:
+        """Wait until each worker has a session (ZooKeeper) or has written its first event (Redis)."""
+        deadline = time.monotonic() + timeout
+        for slot in slots:
+            while True:
+                if self.name == "redis":
+                    ready = os.path.exists(os.path.join(self.dir, f"w-{slot.index}-{slot.gen}.jsonl"))
+                else:
+                    ready = os.path.exists(slot.session_file)
+                if ready:
+                    break
+                if slot.proc.poll() is not None:
+                    raise RuntimeError(f"worker {slot.index} exited with {slot.proc.returncode}; see {self.dir}")
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"worker {slot.index} not ready within {timeout} s; see {self.dir}")
+                time.sleep(0.05)
+
+    def session_of(self, slot: Slot) -> Optional[dict]:
+        try:
+            with open(slot.session_file) as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return None
+
+    def wait_progress(self, since: float, timeout: float, what: str, repair: bool = True) -> bool:
+        """Wait until every register of the trial has an operation after ``since``; record a stall if not
+        (with a snapshot of the stalled queues) and, with ``repair``, try :meth:`repair` once."""
+        deadline = time.monotonic() + timeout
+        pending = set(self.impls)
+        while pending:
+            for impl in list(pending):
+                with FencedRegister(self.registers[impl]) as reg:
+                    if reg.state().get("t", 0.0) > since:
+                        pending.discard(impl)
+            if not pending:
+                return True
+            if time.monotonic() > deadline:
+                snap = {impl: self.queue_snapshot(impl) for impl in pending} if self.mon is not None else {}
+                self.journal("stall", after=what, impls=sorted(pending), waited=timeout, queues=snap)
+                self.say(f"  no progress on {sorted(pending)} within {timeout:g} s after {what}")
+                if repair and self.repair(snap):
+                    return self.wait_progress(time.monotonic(), timeout, "stall-repair", repair=False)
+                return False
+            time.sleep(0.05)
+        return True
+
+    def repair(self, snapshot: dict) -> bool:
+        """End a stall so the run can go on measuring: expire the live worker session that owns the head
+        of a stalled queue (recorded as a ``stall-repair`` fault; the stall itself stays a finding)."""
+        done = False
+        for impl, queue in snapshot.items():
+            head = next((n for n in queue if "owner" in n), None)
+            if head is None:
+                continue
+            owner = int(head["owner"], 16)
+            for slot in self.slots:
+                info = self.session_of(slot)
+                if info is None or info["session"] != owner or slot.proc.poll() is not None:
+                    continue
+                self._fault_n += 1
+                base = {"id": f"{self.name}-{self._fault_n}", "kind": "stall-repair", "target_impl": impl,
+                        "target_slot": slot.index, "target_pid": slot.proc.pid, "target_node": head["node"]}
+                self._expire(base, slot)
+                self.say(f"  stall-repair: expired the session of worker {slot.index}, which owns {head['node']}")
+                done = True
+                break
+        return done
+
+    # -- finding the holder ---------------------------------------------------------------------------------
+    def fresh_holder(self, impl: str, timeout: float = 5.0):
+        """Wait until a holder of ``impl`` (a writer, for the read/write lock) has just read the register
+        -- it is then in the middle of its hold, between its read and its write -- and return
+        ``(slot, hold id)``. Watching the register (the resource) is what makes the fault land mid-hold."""
+        with FencedRegister(self.registers[impl]) as reg:
+            start = reg.state()["seq"]
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                rec = reg.state()
+                if rec["seq"] > start and rec.get("op") == "read" and rec.get("ok") and not rec.get("shared"):
+                    for slot in self.slots:
+                        if slot.proc is not None and slot.proc.pid == rec["pid"] and slot.proc.poll() is None:
+                            return slot, rec["hold"]
+                    start = rec["seq"]
+                time.sleep(0.002)
+        return None
+
+    def queue_snapshot(self, impl: str) -> list:
+        """The nodes of ``impl``'s queue with owner session, pid and per-acquire guid (for stall reports)."""
+        from kazoo.exceptions import KazooException
+
+        from .. import naming
+
+        path = self.paths[impl]
+        out = []
+        try:
+            for node in naming.sort_queue(self.mon.get_children(path)):
+                try:
+                    data, stat = self.mon.get(f"{path}/{node.name}")
+                except KazooException:
+                    continue
+                d = naming.read_data(data)
+                out.append({"node": node.name, "owner": f"{stat.ephemeralOwner:x}", "pid": d.get("pid"),
+                            "guid": d.get("guid"), "data": None if d else data.decode(errors="replace")})
+        except KazooException as exc:
+            return [{"error": repr(exc)}]
+        return out
+
+    def _redis_value(self) -> Optional[str]:
+        import redis
+
+        try:
+            with redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=0.5) as r:
+                v = r.get(REDIS_KEY)
+        except redis.RedisError:
+            return None
+        return None if v is None else v.decode()
+
+    # -- faults ------------------------------------------------------------------------------------------------
+    def inject(self, kind: str, target_impl: str) -> None:
+        self._fault_n += 1
+        fid = f"{self.name}-{self._fault_n}"
+        T = self.st.session_timeout
+        lng = self.st.long
+        if kind in HOLDER_FAULTS:
+            found = self.fresh_holder(target_impl)
+            if found is None:
+                self.journal("fault_skipped", id=fid, kind=kind, reason="no live holder found")
+                self.say(f"  {kind}: no live holder of {target_impl} found; skipped")
+                return
+            slot, hold = found
+            base = {"id": fid, "kind": kind, "target_impl": target_impl, "target_slot": slot.index,
+                    "target_pid": slot.proc.pid, "target_hold": hold}
+            if kind == "session-expiry":
+                self._expire(base, slot)
+            elif kind == "partition":
+                dur = T + (self.rnd.uniform(1.5, 3.0) if lng else 2.0)
+                self.journal("fault_start", **base, duration=dur)
+                for p in slot.proxies:
+                    p.cut()
+                time.sleep(dur)
+                for p in slot.proxies:
+                    p.heal()
+                self.journal("fault_end", id=fid)
+            elif kind == "pause":
+                dur = T + (self.rnd.uniform(1.5, 3.0) if lng else 2.0)
+                self.journal("fault_start", **base, duration=dur)
+                _killpg(slot.proc, signal.SIGSTOP)
+                try:
+                    time.sleep(dur)
+                finally:
+                    _killpg(slot.proc, signal.SIGCONT)
+                self.journal("fault_end", id=fid)
+            elif kind == "holder-kill":
+                self.journal("fault_start", **base)
+                _killpg(slot.proc, signal.SIGKILL)
+                slot.proc.wait(10)
+                self.journal("fault_end", id=fid)
+                self.start_worker(slot)
+                self.wait_ready([slot])
+                self.journal("replaced", slot=slot.index, pid=slot.proc.pid)
+            self.say(f"  {kind} of the {IMPL_NAMES[target_impl]} holder (worker {slot.index}, hold {hold})")
+            return
+        if self.name == "redis":
+            self._redis_server_fault(fid, kind)
+            return
+        ens = self.ens
+        down = self.rnd.uniform(1.0, 2.0) if lng else 1.0
+        if kind in ("leader-kill", "follower-kill"):
+            leader = ens.leader()
+            if kind == "leader-kill":
+                victim = leader
+            else:
+                victim = self.rnd.choice([i for i in range(ens.size) if i != leader])
+            self.journal("fault_start", id=fid, kind=kind, servers=[victim], leader=leader)
+            ens.kill(victim)
+            time.sleep(down)
+            ens.start(victim)
+            self.journal("fault_end", id=fid)
+            self.say(f"  {kind}: ZooKeeper server {victim} killed, restarted after {down:.1f} s")
+        elif kind == "quorum-loss":
+            victims = sorted(self.rnd.sample(range(ens.size), 2))
+            dur = T + (self.rnd.uniform(0.5, 2.0) if lng else 1.0)
+            self.journal("fault_start", id=fid, kind=kind, servers=victims, leader=ens.leader(), duration=dur)
+            for v in victims:
+                ens.stop(v)
+            time.sleep(dur)
+            for v in victims:
+                ens.start(v, wait=False)
+            ens.wait_serving(timeout=90)
+            self.journal("fault_end", id=fid)
+            self.say(f"  quorum-loss: ZooKeeper servers {victims} stopped for {dur:.1f} s, restarted")
+
+    def _expire(self, base: dict, slot: Slot) -> None:
+        """Expire the holder's session server-side (Redis: expire its key server-side)."""
+        from kazoo.client import KazooClient
+
+        if self.name == "redis":
+            import redis
+
+            value = self._redis_value() or ""
+            self.journal("fault_start", **base, value=value)
+            result = None
+            if value.startswith(f"s{slot.index}-p{slot.proc.pid}:"):
+                script = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], 1) end"
+                with contextlib.suppress(redis.RedisError), \
+                        redis.Redis(host="127.0.0.1", port=self.redis.port, socket_timeout=1.0) as r:
+                    result = r.eval(script, 1, REDIS_KEY, value)
+            self.journal("fault_end", id=base["id"], result=result)
+            return
+        info = self.session_of(slot)
+        if info is None:
+            self.journal("fault_start", **base)
+            self.journal("fault_end", id=base["id"], error="the holder published no session")
+            return
+        sid = info["session"]
+        self.journal("fault_start", **base, session=f"{sid:x}")
+        error = None
+        twin = KazooClient(hosts=self.ens.hosts, client_id=(sid, bytes.fromhex(info["password"])),
+                           timeout=self.st.session_timeout)
+        try:
+            twin.start(timeout=10)
+            twin.stop()
+        except Exception as exc:  # the session may have ended already
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            twin.close()
+        self.journal("fault_end", id=base["id"], error=error)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            now = self.session_of(slot)
+            if now is not None and now["session"] != sid:
+                break
+            time.sleep(0.05)
+
+    def _redis_server_fault(self, fid: str, kind: str) -> None:
+        T = self.st.session_timeout
+        if kind == "leader-kill":
+            self.journal("fault_start", id=fid, kind=kind, servers=["redis"], mapped="redis-server SIGKILL+restart")
+            self.redis.signal(signal.SIGKILL)
+            self.redis.start()
+            self.journal("fault_end", id=fid)
+            self.say("  leader-kill: redis-server killed and restarted (its keys are gone)")
+        elif kind == "quorum-loss":
+            dur = T + (self.rnd.uniform(0.5, 2.0) if self.st.long else 1.0)
+            self.journal("fault_start", id=fid, kind=kind, servers=["redis"], mapped="redis-server stopped",
+                         duration=dur)
+            self.redis.signal(signal.SIGTERM)
+            time.sleep(dur)
+            self.redis.start()
+            self.journal("fault_end", id=fid)
+            self.say(f"  quorum-loss: redis-server stopped for {dur:.1f} s and restarted")
+
+    # -- the run -----------------------------------------------------------------------------------------------
+    def schedule(self) -> list:
+        kinds = [k for k in self.kinds for _ in range(self.st.repeat)]
+        self.rnd.shuffle(kinds)
+        seen: dict = {}
+        out = []
+        for k in kinds:
+            n = seen.get(k, 0)
+            seen[k] = n + 1
+            # the n-th fault of a kind targets a holder of the next recipe; kinds start at different recipes
+            offset = HOLDER_FAULTS.index(k) if k in HOLDER_FAULTS else 0
+            out.append((k, self.impls[(n + offset) % len(self.impls)]))
+        return out
+
+    def run(self) -> None:
+        st = self.st
+        plan = self.schedule()
+        with open(os.path.join(self.dir, "meta.json"), "w") as f:
+            json.dump({"trial": self.name, "impls": list(self.impls), "session_timeout": st.session_timeout,
+                       "fault_kinds": self.kinds, "paths": self.paths, "plan": plan, "seed": st.seed}, f)
+        budget = 120.0 + len(plan) * (4 * st.session_timeout + 40.0)
+        self.hard_stop = time.monotonic() + budget  # the workers' own deadline, should this process vanish
+        try:
+            if self.name != "redis":
+                from kazoo.client import KazooClient
+
+                from .chaos_worker import FAST_RECONNECT
+
+                self.mon = KazooClient(hosts=self.ens.hosts, timeout=10.0, connection_retry=dict(FAST_RECONNECT))
+                self.mon.start(timeout=30)
+            for slot in self.slots:
+                self.start_worker(slot)
+            self.wait_ready(self.slots)
+            self.say(f"{len(self.slots)} workers up ({', '.join(IMPL_NAMES[i] for i in self.impls)})")
+            self.wait_progress(0.0, 30.0, "start")
+            time.sleep(st.settle + 1.0)
+            for kind, target in plan:
+                t0 = time.monotonic()
+                self.inject(kind, target)
+                self.wait_progress(time.monotonic(), 30.0 + st.session_timeout, kind)
+                self.say(f"    recovered {time.monotonic() - t0:.1f} s after the fault began")
+                time.sleep(st.settle)
+            time.sleep(st.settle + 1.0)
+            self.shutdown()
+        finally:
+            self.cleanup()
+
+    def shutdown(self) -> None:
+        T = self.st.session_timeout
+        with open(self.stop_file, "w") as f:
+            f.write("stop\n")
+        stop_t = self.journal("stop")["t"]
+        grace = T + 12.0
+        for slot in self.slots:
+            try:
+                slot.proc.wait(max(0.1, stop_t + grace - time.monotonic()))
+                self.journal("exit", slot=slot.index, pid=slot.proc.pid, code=slot.proc.returncode,
+                             lag=round(time.monotonic() - stop_t, 3))
+            except subprocess.TimeoutExpired:
+                self.journal("hung", slot=slot.index, pid=slot.proc.pid, waited=grace)
+                self.say(f"  worker {slot.index} (pid {slot.proc.pid}) still running {grace:g} s after stop; killed")
+                _killpg(slot.proc, signal.SIGCONT)
+                _killpg(slot.proc, signal.SIGKILL)
+                slot.proc.wait(10)
+        self.journal("orphans", nodes=self._orphans(T + 4.0))
+
+    def _orphans(self, timeout: float) -> list:
+        """Lock nodes (or the Redis key) still there once every session had time to end."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.name == "redis":
+                left = [REDIS_KEY] if self._redis_value() is not None else []
+            else:
+                from kazoo.exceptions import KazooException, NoNodeError
+
+                left = []
+                for path in self.paths.values():
+                    try:
+                        self.mon.sync(path)
+                        left += [f"{path}/{c}" for c in self.mon.get_children(path)]
+                    except NoNodeError:
+                        pass
+                    except KazooException as exc:
+                        left.append(f"{path}: could not list ({exc!r})")
+            if not left or time.monotonic() > deadline:
+                return left
+            time.sleep(0.2)
+
+    def cleanup(self) -> None:
+        for slot in self.slots:
+            _killpg(slot.proc, signal.SIGCONT)
+            _killpg(slot.proc, signal.SIGKILL)
+            if slot.proc is not None:
+                with contextlib.suppress(Exception):
+                    slot.proc.wait(10)
+            for p in slot.proxies:
+                with contextlib.suppress(Exception):
+                    p.heal()
+                    p.close()
+        if self.mon is not None:
+            with contextlib.suppress(Exception):
+                self.mon.stop()
+                self.mon.close()
+        self.journal.close()
+
+
+# -- the whole run ---------------------------------------------------------------------------------------------
+def redis_available() -> bool:
+    if not shutil.which("redis-server"):
+        return False
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _versions(ens: Optional[Ensemble]) -> dict:
+    import kazoo
+
+    from .. import __version__
+
+    env = {"zkrecipes": __version__, "kazoo": getattr(kazoo, "__version__", "?"), "python": platform.python_version(),
+           "cpus": os.cpu_count(), "platform": platform.platform()}
+    if ens is not None:
+        first = four_letter(ens.client_ports[0], "srvr").splitlines()
+        version = first[0].split(":", 1)[1].split(",")[0].strip() if first else "?"
+        env["zookeeper"] = re.sub(r"-\$\{[^}]*\}", "", version)  # Debian's build leaves "-${mvngit.commit.id}"
+    if shutil.which("redis-server"):
+        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
+        env["redis_server"] = next((w[2:] for w in out if w.startswith("v=")), "?")
+    return env
+
+
+def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str], None] = print) -> dict:
+    """Run the lab with settings ``st``; write results under ``out``; return the results dict."""
+    t_start = time.monotonic()
+    os.makedirs(out, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix="zkrecipes-chaos-")
+    skipped = {}
+    checked = {}
+    envinfo: dict = {}
+    try:
+        for name in st.trials:
+            if name == "redis" and not redis_available():
+                skipped[name] = "redis-server or the redis client is not installed"
+                say(f"trial {name}: skipped ({skipped[name]})")
+                continue
+            d = os.path.join(tmp, name)
+            os.makedirs(d)
+            ens = redis_srv = None
+            try:
+                if name == "redis":
+                    redis_srv = RedisServer(d)
+                    redis_srv.start()
+                    say(f"trial {name}: redis-server on 127.0.0.1:{redis_srv.port}")
+                else:
+                    ens = Ensemble(size=3, tick_ms=200, workdir=os.path.join(d, "zookeeper-servers")).start()
+                    say(f"trial {name}: ZooKeeper ensemble at {ens.hosts} (leader: server {ens.leader()})")
+                envinfo.update(_versions(ens))
+                Trial(name, st, d, say, ens, redis_srv).run()
+            finally:
+                if ens is not None:
+                    ens.close()
+                if redis_srv is not None:
+                    redis_srv.close()
+            checked[name] = check_trial(d)
+            say(f"trial {name}: checked")
+        results = assemble(st, checked, skipped, envinfo, time.monotonic() - t_start)
+    finally:
+        if keep_history:
+            dest = os.path.join(out, "history")
+            shutil.rmtree(dest, ignore_errors=True)
+            shutil.copytree(tmp, dest, ignore=shutil.ignore_patterns("zookeeper-servers"))
+        shutil.rmtree(tmp, ignore_errors=True)
+    write_results(results, out)
+    return results
+
+
+def _command(st: Settings) -> str:
+    if getattr(st, "argv", None) is not None:
+        import shlex
+
+        return " ".join(["python -m zkrecipes.testing.chaos"] + [shlex.quote(a) for a in st.argv])
+    return "python -m zkrecipes.testing.chaos" + (" --long" if st.long else "") + f" --seed {st.seed}"
+
+
+def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration: float) -> dict:
+    rows, totals = [], {}
+    for trial, res in checked.items():
+        for impl, r in res["impls"].items():
+            t = dict(r["totals"])
+            t["trial"] = trial
+            t["name"] = IMPL_NAMES[impl]
+            t["fencing_token"] = TOKENS[impl]
+            t["findings"] = t["findings"][:50]
+            totals[impl] = t
+            extra = tuple(k for k in r["rows"] if k not in FAULT_KINDS and k != "none")
+            for kind in ("none",) + FAULT_KINDS + extra:
+                row = r["rows"].get(kind)
+                rows.append({"impl": impl, "name": IMPL_NAMES[impl], "fault": kind,
+                             **(row if row is not None else {"applicable": False})})
+    failures = []
+    for impl in ZK_IMPLS:
+        t = totals.get(impl)
+        if t is None:
+            continue
+        for key in HARD_CHECKS:
+            if t[key]:
+                failures.append(f"{IMPL_NAMES[impl]}: {key} = {t[key]}")
+        if impl == "rw" and not t.get("readers_overlapped"):
+            failures.append(f"{IMPL_NAMES[impl]}: readers never held the lock together")
+    return {
+        "command": _command(st),
+        "seed": st.seed,
+        "mode": "long" if st.long else "short",
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "duration_s": round(duration, 1),
+        "workers": st.workers,
+        "session_timeout_s": st.session_timeout,
+        "repeat": st.repeat,
+        "environment": envinfo,
+        "skipped": skipped,
+        "totals": totals,
+        "rows": rows,
+        "failures": failures,
+        "passed": not failures,
+    }
+
+
+def _cell(v) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    return str(v)
+
+
+def markdown(res: dict) -> str:
+    """The results as markdown: a summary per implementation and one row per implementation and fault."""
+    lines = [
+        f"Safety lab, {res['mode']} run, `{res['command']}`, {res['date']}, {res['duration_s']:.0f} s; "
+        f"{res['workers']} workers, session timeout / lease {res['session_timeout_s']:g} s, "
+        f"each fault {res['repeat']}x. Environment: "
+        + ", ".join(f"{k} {v}" for k, v in res["environment"].items() if k != "platform") + ".",
+        "",
+        "| Lock | Fencing token | Grants | Accepted writes | Final value | Lost increments | Accepted overlaps "
+        "| Unsafe overlaps | Rejected ops | Out-of-order grants | Loss notices got/needed (late) | Orphans "
+        "| Hung workers | Readers together |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in res["totals"].values():
+        lines.append(
+            f"| {t['name']} | {t['fencing_token']} | {t['grants']} | {t['accepted_writes']} | {t['final_value']} "
+            f"| {t['lost_increments']} | {t['accepted_overlaps']} | {t['unsafe']} | {t['ops_rejected']} "
+            f"| {t['out_of_order']} | {t['notices_got']}/{t['notices_needed']} ({t['notices_late']}) "
+            f"| {t['orphans']} | {t['hung']} | {_cell(t['readers_overlapped'])} |"
+        )
+    for name, why in res["skipped"].items():
+        lines.append(f"| {name} trial | skipped: {why} |||||||||||||")
+    lines += [
+        "",
+        "| Lock | Fault | Faults (holder hit) | Grants | Ops ok | Ops rejected | Unsafe overlaps | Accepted overlaps "
+        "| Lost increments | Out-of-order grants | Loss notices got/needed (late) | Max notice delay (s) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in res["rows"]:
+        if r.get("applicable") is False:
+            lines.append(f"| {r['name']} | {r['fault']} | n/a |||||||||")
+            continue
+        faults = "–" if r["fault"] == "none" else f"{r['faults']} ({r['hits']})"
+        notices = f"{r['notices_got']}/{r['notices_needed']} ({r['notices_late']})" if r["notices_needed"] else "–"
+        lines.append(
+            f"| {r['name']} | {r['fault']} | {faults} | {r['grants']} | {r['ops_ok']} | {r['ops_rejected']} "
+            f"| {r['unsafe']} | {r['accepted_overlaps']} | {r['lost_increments']} | {r['out_of_order']} "
+            f"| {notices} | {_cell(r['max_notice_delay'])} |"
+        )
+    lines += ["", "Verdict for zkrecipes: " + ("PASS" if res["passed"] else "FAIL: " + "; ".join(res["failures"]))]
+    return "\n".join(lines) + "\n"
+
+
+def rst(res: dict) -> str:
+    """The same tables as reStructuredText list-tables, for ``.. include::`` in the docs."""
+
+    def table(title: str, header: list, body: list) -> list:
+        out = [f".. list-table:: {title}", "   :header-rows: 1", ""]
+        for r in [header] + body:
+            out.append("   * - " + str(r[0]))
+            out += [f"     - {c}" for c in r[1:]]
+        return out + [""]
+
+    summary = [[t["name"], t["fencing_token"], t["grants"], t["accepted_writes"], t["final_value"],
+                t["lost_increments"], t["accepted_overlaps"], t["unsafe"], t["ops_rejected"], t["out_of_order"],
+                f"{t['notices_got']}/{t['notices_needed']} ({t['notices_late']})", t["orphans"], t["hung"],
+                _cell(t["readers_overlapped"])] for t in res["totals"].values()]
+    per = []
+    for r in res["rows"]:
+        if r.get("applicable") is False:
+            per.append([r["name"], r["fault"], "n/a"] + [""] * 9)
+            continue
+        per.append([r["name"], r["fault"], "–" if r["fault"] == "none" else f"{r['faults']} ({r['hits']})",
+                    r["grants"], r["ops_ok"], r["ops_rejected"], r["unsafe"], r["accepted_overlaps"],
+                    r["lost_increments"], r["out_of_order"],
+                    f"{r['notices_got']}/{r['notices_needed']} ({r['notices_late']})" if r["notices_needed"] else "–",
+                    _cell(r["max_notice_delay"])])
+    env = ", ".join(f"{k} {v}" for k, v in res["environment"].items() if k != "platform")
+    lines = [f"``{res['command']}`` ({res['mode']} run, {res['date']}, {res['duration_s']:.0f} s; "
+             f"{res['workers']} workers, session timeout / lease {res['session_timeout_s']:g} s, each fault "
+             f"{res['repeat']}x; {env}).", ""]
+    lines += table("Per implementation", ["Lock", "Fencing token", "Grants", "Accepted writes", "Final value",
+                                          "Lost increments", "Accepted overlaps", "Unsafe overlaps", "Rejected ops",
+                                          "Out-of-order grants", "Loss notices got/needed (late)", "Orphans",
+                                          "Hung workers", "Readers together"], summary)
+    lines += table("Per implementation and fault", ["Lock", "Fault", "Faults (holder hit)", "Grants", "Ops ok",
+                                                    "Ops rejected", "Unsafe overlaps", "Accepted overlaps",
+                                                    "Lost increments", "Out-of-order grants",
+                                                    "Loss notices got/needed (late)", "Max notice delay (s)"], per)
+    for name, why in res["skipped"].items():
+        lines += [f"The {name} trial was skipped: {why}.", ""]
+    lines += ["Verdict for zkrecipes: " + ("**pass**." if res["passed"] else "**fail**: " + "; ".join(res["failures"])),
+              ""]
+    return "\n".join(lines)
+
+
+def write_results(res: dict, out: str) -> None:
+    with open(os.path.join(out, "results.json"), "w") as f:
+        json.dump(res, f, indent=1, default=str)
+        f.write("\n")
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(markdown(res))
+    with open(os.path.join(out, "results.inc"), "w") as f:
+        f.write(rst(res))
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
+
+
+def main(argv: Optional[list] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m zkrecipes.testing.chaos", description=__doc__.split("\n\n")[0])
+    p.add_argument("--long", action="store_true", help="every trial (zkrecipes, kazoo, redis), each fault 3 times")
+    p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
+    p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")
+    p.add_argument("--trials", help="comma-separated subset of zk,kazoo,redis (default: zk; --long: all)")
+    p.add_argument("--repeat", type=int, help="instances of each fault kind (default 1; --long: 3)")
+    p.add_argument("--workers", type=int, default=8, help="worker processes per trial (default 8)")
+    p.add_argument("--session-timeout", type=float, default=3.0, help="session timeout / lock lease, s (3)")
+    p.add_argument("--keep-history", action="store_true", help="keep every history file under OUT/history")
+    args = p.parse_args(argv)
+    if args.workers < 2:
+        p.error("--workers must be at least 2")
+    trials = tuple(args.trials.split(",")) if args.trials else (tuple(TRIALS) if args.long else ("zk",))
+    for t in trials:
+        if t not in TRIALS:
+            p.error(f"unknown trial {t!r}; choose from {', '.join(TRIALS)}")
+    st = Settings(
+        seed=args.seed, workers=args.workers, session_timeout=args.session_timeout, long=args.long, trials=trials,
+        repeat=args.repeat or (3 if args.long else 1), settle=2.0 if args.long else 1.0,
+        argv=list(sys.argv[1:] if argv is None else argv),
+    )
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    t0 = time.monotonic()
+
+    def say(msg: str) -> None:
+        sys.stderr.write(f"[{time.monotonic() - t0:6.1f}s] {msg}\n")
+        sys.stderr.flush()
+
+    import logging
+
+    logging.basicConfig(level=logging.CRITICAL)
+    res = run(st, args.out, keep_history=args.keep_history, say=say)
+    sys.stdout.write(markdown(res))
+    say(f"results in {os.path.abspath(args.out)}")
+    return 0 if res["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""The safety lab's checker: verdicts computed from recorded histories only.
+
+Inputs (one directory per trial, written by :mod:`zkrecipes.testing.chaos`):
+
+- ``meta.json`` -- the trial's implementations, session timeout and settle time;
+- ``w-<slot>-<gen>.jsonl`` -- each worker process's own events (``acquire``, ``grant``, ``state``,
+  ``check_fail``, ``rejected``, ``release_start``, ``release``, ``zk_state``, ``final`` ...);
+- ``register-<impl>.jsonl`` -- the fenced register's log: every operation, accepted or rejected, in the
+  order the register applied them, stamped inside its file lock;
+- ``nemesis.jsonl`` -- faults (kind, target, start, end) and the post-run orphan and hang checks.
+
+Definitions (per implementation; every finding is also attributed to the fault whose window -- from its
+start to its end plus the session timeout plus 2 s -- contains it, else to ``none``):
+
+accepted overlap
+    two conflicting holds (not both readers) whose *accepted* register operations interleave in the
+    register's order: hold A has accepted operations both before and after an accepted operation of
+    hold B. Must be 0: it means the resource saw two holders at once.
+unsafe overlap
+    a hold that presented an operation to the register (accepted or not) after a later conflicting hold
+    had been granted -- a paused, partitioned or otherwise stale holder acting after losing its hold.
+    Fencing turns these into rejections; without fencing they are accepted.
+lost increments
+    every accepted write stores the value its hold read plus one; a write that overwrote increments it
+    did not see lost ``seen + 1 - stored`` of them. The sum equals accepted writes minus the final value.
+grants out of order
+    a grant made while a conflicting request that queued earlier (lower sequence number; for a lock
+    without a queue, an earlier request) was still waiting, with no fault between that request's start
+    and its grant.
+loss notices
+    a hold needs one when its process was the target of a session expiry, partition or pause while it
+    held, or its client saw the session expire while it held. The notice is the first ``suspended`` or
+    ``lost`` listener call or ``check()`` failure during the hold; its delay is measured from the moment
+    the holder could reach the lock service again (expiry done, link healed, process continued, or the
+    client's own view of the expiry) and must be at most the session timeout plus 1 s.
+orphans
+    lock nodes (or Redis keys) a worker's session still owned after it released everything, plus any
+    node left under the trial's root once every worker had exited and every session had had time to end.
+"""
+
+from __future__ import annotations
+
+import bisect
+import glob
+import json
+import os
+from collections import defaultdict
+from typing import Optional
+
+from .fenced import read_log
+
+TARGETED_SESSION_FAULTS = ("session-expiry", "partition", "pause", "stall-repair")
+NOTICE_STATES = ("suspended", "lost")
+ROW_KEYS = (
+    "faults",
+    "hits",
+    "grants",
+    "ops_ok",
+    "ops_rejected",
+    "unsafe",
+    "accepted_overlaps",
+    "lost_increments",
+    "out_of_order",
+    "notices_needed",
+    "notices_got",
+    "notices_late",
+    "max_notice_delay",
+)
+
+
+def _load_jsonl(path: str) -> list:
+    out = []
+    with open(path, "rb") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut short by SIGKILL
+    return out
+
+
+class Windows:
+    """Fault windows, for attributing a finding at time t to the fault in effect (or ``none``)."""
+
+    def __init__(self, faults: list, tail: float) -> None:
+        self.items = sorted(((f["start"], f["end"] + tail, f["kind"]) for f in faults), key=lambda w: w[0])
+        self.starts = [w[0] for w in self.items]
+
+    def kind(self, t: float) -> str:
+        """The kind of the latest fault whose window contains ``t``, else ``"none"``."""
+        for start, end, kind in reversed(self.items[: bisect.bisect_right(self.starts, t)]):
+            if start <= t < end:
+                return kind
+        return "none"
+
+    def any_between(self, a: float, b: float, margin: float = 0.5) -> bool:
+        return any(start - margin <= b and a <= end for start, end, _ in self.items)
+
+
+def check_trial(path: str) -> dict:
+    """Check one trial directory; returns ``{"impls": {impl: {"totals": {...}, "rows": {kind: {...}}}}}``."""
+    with open(os.path.join(path, "meta.json")) as f:
+        meta = json.load(f)
+    T = float(meta["session_timeout"])
+    tail = T + 2.0
+    events = []
+    for p in sorted(glob.glob(os.path.join(path, "w-*.jsonl"))):
+        events.extend(_load_jsonl(p))
+    events.sort(key=lambda e: e["t"])
+    nemesis = _load_jsonl(os.path.join(path, "nemesis.jsonl")) if os.path.exists(os.path.join(path, "nemesis.jsonl")) \
+        else []
+    starts = {e["id"]: e for e in nemesis if e["ev"] == "fault_start"}
+    faults = []
+    for e in nemesis:
+        if e["ev"] == "fault_end" and e["id"] in starts:
+            f = dict(starts[e["id"]])
+            f.update({k: v for k, v in e.items() if k not in ("t", "ev")})
+            f["start"], f["end"] = starts[e["id"]]["t"], e["t"]
+            faults.append(f)
+    for fid, s in starts.items():
+        if not any(f["id"] == fid for f in faults):
+            f = dict(s)
+            f["start"], f["end"] = s["t"], s["t"] + tail
+            faults.append(f)
+    win = Windows(faults, tail)
+    kills = {f["target_pid"]: f["start"] for f in faults if f["kind"] == "holder-kill" and f.get("target_pid")}
+    last_t = defaultdict(float)
+    for e in events:
+        last_t[e["pid"]] = e["t"]
+
+    out = {"impls": {}, "faults": faults}
+    for impl in meta["impls"]:
+        out["impls"][impl] = _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T)
+    return out
+
+
+def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T) -> dict:
+    kinds = ["none"] + [k for k in meta["fault_kinds"]]
+    rows = {k: {key: 0 for key in ROW_KEYS} for k in kinds}
+    for r in rows.values():
+        r["max_notice_delay"] = None
+    totals: dict = {"findings": []}
+
+    def row(t: float) -> dict:
+        return rows.setdefault(win.kind(t), {key: 0 for key in ROW_KEYS} | {"max_notice_delay": None})
+
+    for f in faults:
+        rows.setdefault(f["kind"], {key: 0 for key in ROW_KEYS} | {"max_notice_delay": None})["faults"] += 1
+
+    # -- holds and requests from the workers' histories ---------------------------------------------------
+    mine = [e for e in events if e.get("impl") == impl]
+    holds: dict = {}
+    reqs: dict = {}
+    for e in mine:
+        ev = e["ev"]
+        if ev == "acquire":
+            reqs[e["req"]] = {"start": e["t"], "pid": e["pid"], "mode": e.get("mode", "x"), "grant": None,
+                              "seq": None, "end": None}
+        elif ev == "grant":
+            h = {"id": e["hold"], "pid": e["pid"], "slot": e["slot"], "grant": e["t"], "token": e.get("token"),
+                 "seq": e.get("seq"), "mode": e.get("mode", "x"), "session": e.get("session"), "end": None,
+                 "release": None, "notices": []}
+            holds[e["hold"]] = h
+            r = reqs.get(e["req"])
+            if r is not None:
+                r["grant"], r["seq"], r["end"] = e["t"], e.get("seq"), e["t"]
+            row(e["t"])["grants"] += 1
+        elif ev in ("acquire_fail", "acquire_error"):
+            r = reqs.get(e["req"])
+            if r is not None:
+                r["end"] = e["t"]
+        elif ev == "release_start" and e["hold"] in holds:
+            holds[e["hold"]]["end"] = e["t"]
+        elif ev == "release" and e["hold"] in holds:
+            holds[e["hold"]]["release"] = e["t"]
+        elif ev == "state" and e.get("state") in NOTICE_STATES and e.get("hold") in holds:
+            holds[e["hold"]]["notices"].append((e["t"], f"listener:{e['state']}"))
+        elif ev == "check_fail" and e["hold"] in holds:
+            holds[e["hold"]]["notices"].append((e["t"], "check"))
+    for h in holds.values():
+        dead = kills.get(h["pid"], last_t[h["pid"]])
+        if h["end"] is None:
+            h["end"] = dead
+        if h["release"] is None:
+            h["release"] = max(h["end"], dead)
+        h["notices"].sort()
+    totals["grants"] = len(holds)
+
+    # -- the register's log ---------------------------------------------------------------------------------
+    log, torn = read_log(os.path.join(path, f"register-{impl}.jsonl"))
+    totals["torn_records"] = torn
+    ops_by_hold = defaultdict(list)
+    for rec in log:
+        r = row(rec["t"])
+        r["ops_ok" if rec["ok"] else "ops_rejected"] += 1
+        if rec.get("hold"):
+            ops_by_hold[rec["hold"]].append(rec)
+        if rec["ok"] and rec["op"] == "write":
+            lost = rec["seen"] + 1 - rec["arg"]
+            if lost:
+                r["lost_increments"] += lost
+                totals["findings"].append(
+                    {"what": "lost increment", "t": rec["t"], "hold": rec["hold"], "lost": lost, "seq": rec["seq"]}
+                )
+    final = log[-1] if log else {"value": 0, "writes": 0}
+    totals["final_value"] = final["value"]
+    totals["accepted_writes"] = final["writes"]
+    totals["lost_increments"] = final["writes"] - final["value"]
+    totals["ops_ok"] = sum(1 for r in log if r["ok"])
+    totals["ops_rejected"] = sum(1 for r in log if not r["ok"])
+
+    def exclusive(hid: str) -> bool:
+        h = holds.get(hid)
+        if h is not None:
+            return h["mode"] != "s"
+        return any(not r["shared"] for r in ops_by_hold.get(hid, []))
+
+    # accepted overlaps: interleaving accepted operations of conflicting holds
+    spans: dict = {}
+    accepted = [r for r in log if r["ok"] and r.get("hold")]
+    for i, rec in enumerate(accepted):
+        s = spans.setdefault(rec["hold"], [i, i])
+        s[1] = i
+    order = sorted(spans.items(), key=lambda kv: kv[1][0])
+    active: list = []
+    n_acc = 0
+    for hid, (a, b) in order:
+        active = [(h2, a2, b2) for h2, a2, b2 in active if b2 > a]
+        for h2, _a2, _b2 in active:
+            if exclusive(hid) or exclusive(h2):
+                n_acc += 1
+                t = accepted[a]["t"]
+                row(t)["accepted_overlaps"] += 1
+                totals["findings"].append({"what": "accepted overlap", "t": t, "holds": [h2, hid]})
+        active.append((hid, a, b))
+    totals["accepted_overlaps"] = n_acc
+
+    # unsafe overlaps: a hold acting after a later conflicting hold was granted
+    grants = sorted((h["grant"], h["id"]) for h in holds.values())
+    gtimes = [g[0] for g in grants]
+    stale_ops: dict = {}
+    n_unsafe = 0
+    for hid, recs in ops_by_hold.items():
+        h = holds.get(hid)
+        if h is None:
+            continue
+        i = bisect.bisect_right(gtimes, h["grant"])
+        j = bisect.bisect_left(gtimes, recs[-1]["t"])
+        first = None
+        for k in range(i, j):
+            other = holds[grants[k][1]]
+            if other["pid"] == h["pid"] or not (exclusive(hid) or exclusive(other["id"])):
+                continue
+            first = other
+            break
+        if first is None:
+            continue
+        late = [r for r in recs if r["t"] > first["grant"]]
+        stale_ops.update({r["seq"]: hid for r in late})
+        n_unsafe += 1
+        row(late[0]["t"])["unsafe"] += 1
+        totals["findings"].append(
+            {"what": "unsafe overlap", "t": late[0]["t"], "hold": hid, "after_grant_of": first["id"],
+             "ops": len(late), "accepted": sum(1 for r in late if r["ok"])}
+        )
+    totals["unsafe"] = n_unsafe
+    totals["false_rejections"] = sum(1 for r in log if not r["ok"] and r["seq"] not in stale_ops)
+
+    # grants out of order
+    granted = sorted((r for r in reqs.values() if r["grant"] is not None), key=lambda r: r["grant"])
+    use_seq = all(r["seq"] is not None for r in granted)
+    max_wait = max((r["grant"] - r["start"] for r in granted), default=0.0)
+    n_ooo = 0
+    for i, g in enumerate(granted):
+        key_g = g["seq"] if use_seq else g["start"] - 0.002
+        for r in granted[i + 1:]:
+            if r["grant"] - g["grant"] > max_wait:
+                break
+            if r["pid"] == g["pid"] or r["start"] >= g["grant"]:
+                continue
+            if r["mode"] == "s" and g["mode"] == "s":
+                continue
+            key_r = r["seq"] if use_seq else r["start"]
+            if key_r < key_g and not win.any_between(r["start"], r["grant"]):
+                n_ooo += 1
+                row(g["grant"])["out_of_order"] += 1
+                if len([f for f in totals["findings"] if f["what"] == "grant out of order"]) < 20:
+                    totals["findings"].append({"what": "grant out of order", "t": g["grant"], "granted": g.get("seq"),
+                                               "waiting": r.get("seq")})
+                break
+    totals["out_of_order"] = n_ooo
+    totals["fairness_key"] = "queue sequence" if use_seq else "request time"
+
+    # loss notices
+    zk_lost = defaultdict(list)
+    for e in events:
+        if e["ev"] == "zk_state" and e.get("state") == "LOST":
+            zk_lost[e["pid"]].append(e["t"])
+    needed = got = late = 0
+    max_delay: Optional[float] = None
+    for h in holds.values():
+        refs = []
+        cause_kind = None
+        for f in faults:
+            if f["kind"] in TARGETED_SESSION_FAULTS and f.get("target_pid") == h["pid"] \
+                    and h["grant"] <= f["start"] <= h["end"]:
+                refs.append(f["end"])
+                cause_kind = f["kind"]
+        for t in zk_lost.get(h["pid"], []):
+            if h["grant"] <= t <= h["release"]:
+                refs.append(t)
+                cause_kind = cause_kind or win.kind(t)
+        if not refs:
+            continue
+        ref = min(refs)
+        needed += 1
+        r = rows.setdefault(cause_kind, {key: 0 for key in ROW_KEYS} | {"max_notice_delay": None})
+        r["notices_needed"] += 1
+        notices = [n for n in h["notices"] if h["grant"] <= n[0] <= h["release"]]
+        if not notices:
+            totals["findings"].append({"what": "missed loss notice", "t": ref, "hold": h["id"], "cause": cause_kind})
+            continue
+        got += 1
+        r["notices_got"] += 1
+        delay = round(notices[0][0] - ref, 3)
+        max_delay = delay if max_delay is None else max(max_delay, delay)
+        r["max_notice_delay"] = delay if r["max_notice_delay"] is None else max(r["max_notice_delay"], delay)
+        if delay > T + 1.0:
+            late += 1
+            r["notices_late"] += 1
+            totals["findings"].append({"what": "late loss notice", "t": ref, "hold": h["id"], "delay": delay,
+                                       "cause": cause_kind})
+    totals.update(notices_needed=needed, notices_got=got, notices_late=late, max_notice_delay=max_delay)
+
+    # holder hits: targeted faults that struck a process holding this lock
+    for f in faults:
+        pid = f.get("target_pid")
+        if pid and any(h["pid"] == pid and h["grant"] <= f["start"] <= h["end"] for h in holds.values()):
+            rows[f["kind"]]["hits"] += 1
+
+    # readers that held together (read/write locks)
+    readers = sorted((h["grant"], h["end"]) for h in holds.values() if h["mode"] == "s")
+    together = 0
+    ends: list = []
+    for s, e in readers:
+        ends = [x for x in ends if x > s]
+        together += len(ends)
+        ends.append(e)
+    totals["readers_overlapped"] = together if readers else None
+
+    # orphans and hangs
+    orphans = []
+    suffix = meta["paths"].get(impl)
+    for e in events:
+        if e["ev"] == "final":
+            orphans.extend(n for n in e.get("own_nodes", []) if suffix and (n == suffix or n.startswith(suffix + "/")))
+    for e in nemesis:
+        if e["ev"] == "orphans":
+            orphans.extend(n for n in e.get("nodes", []) if suffix and (n == suffix or n.startswith(suffix + "/")))
+    totals["hung"] = sum(1 for e in nemesis if e["ev"] == "hung")
+    stalls = [e for e in nemesis if e["ev"] == "stall" and impl in e.get("impls", [])]
+    totals["stalls"] = len(stalls)
+    ghosts: dict = {}  # extra node -> the node of the same acquire (same guid, same session)
+    for e in stalls:
+        queue = e.get("queues", {}).get(impl, [])
+        by_guid = defaultdict(list)
+        for n in queue:
+            if n.get("guid"):
+                by_guid[n["guid"]].append(n["node"])
+        dups = {g: nodes for g, nodes in by_guid.items() if len(nodes) > 1}
+        for nodes in dups.values():
+            ghosts.update({n: nodes[0] for n in nodes[1:]})
+        totals["findings"].append({"what": "stall", "t": e["t"], "after": e.get("after"), "waited": e.get("waited"),
+                                   "queue_head": queue[:3], "same_acquire_twice": dups})
+    orphans.extend(f"{suffix}/{n} (same acquire as {first})" for n, first in ghosts.items())
+    totals["duplicate_nodes"] = len(ghosts)
+    totals["orphans"] = len(orphans)
+    totals["orphan_nodes"] = orphans[:20]
+    totals["crashes"] = [e.get("error") for e in events if e["ev"] == "crash"][:10]
+    totals["workers"] = len({e["pid"] for e in events if e["ev"] == "start"})
+    totals["findings"].sort(key=lambda f: f["t"])
+    return {"totals": totals, "rows": rows}
