@@ -619,6 +619,14 @@ def _versions(ens: Optional[Ensemble]) -> dict:
 
     env = {"zkrecipes": __version__, "kazoo": getattr(kazoo, "__version__", "?"), "python": platform.python_version(),
            "cpus": os.cpu_count(), "platform": platform.platform()}
+    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    if os.path.isdir(os.path.join(src, ".git")):  # provenance: the commit the lab and the locks came from
+        git = ["git", "-C", src]
+        head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        dirty = subprocess.run(git + ["status", "--porcelain", "--", "zkrecipes"], capture_output=True,
+                               text=True).stdout.strip()
+        if head:
+            env["commit"] = head + ("+local changes" if dirty else "")
     if ens is not None:
         first = four_letter(ens.client_ports[0], "srvr").splitlines()
         version = first[0].split(":", 1)[1].split(",")[0].strip() if first else "?"
