@@ -1,0 +1,187 @@
+"""The safety lab's fenced register and checker on hand-made histories (no ZooKeeper needed).
+
+The checker must flag what it claims to flag -- an interleaving of two holders at the register, a lost
+increment, a stale holder acting, an out-of-order grant, a missed loss notice -- and nothing in a clean
+history. Histories are written exactly as workers and the nemesis write them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from zkrecipes.testing.chaos_check import check_trial
+from zkrecipes.testing.fenced import FencedRegister, StaleToken, read_log
+
+
+class History:
+    """Writes a trial directory: meta.json, one worker file per pid, the register, the nemesis journal."""
+
+    def __init__(self, path, impl: str = "fair", kinds=("pause",)) -> None:
+        self.path = str(path)
+        self.impl = impl
+        with open(os.path.join(self.path, "meta.json"), "w") as f:
+            json.dump({"trial": "t", "impls": [impl], "session_timeout": 3.0, "fault_kinds": list(kinds),
+                       "paths": {impl: f"/root/{impl}"}}, f)
+        self.reg = FencedRegister(os.path.join(self.path, f"register-{impl}.jsonl"))
+
+    @staticmethod
+    def now() -> float:
+        time.sleep(0.002)  # events and register operations are stamped with the real monotonic clock
+        return time.monotonic()
+
+    def ev(self, pid: int, ev: str, **kw) -> None:
+        rec = {"t": self.now(), "wall": 0.0, "ev": ev, "slot": pid, "gen": 0, "pid": pid, "impl": self.impl, **kw}
+        with open(os.path.join(self.path, f"w-{pid}-0.jsonl"), "a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+    def nemesis(self, ev: str, **kw) -> float:
+        t = self.now()
+        with open(os.path.join(self.path, "nemesis.jsonl"), "a") as f:
+            f.write(json.dumps({"t": t, "wall": 0.0, "ev": ev, **kw}) + "\n")
+        return t
+
+    def grant(self, pid: int, hold: str, token, seq: int, mode: str = "x", queued: bool = True) -> None:
+        if queued:
+            self.ev(pid, "acquire", req=hold, mode=mode)
+        self.ev(pid, "grant", req=hold, hold=hold, token=token, seq=seq, mode=mode)
+
+    def release(self, pid: int, hold: str) -> None:
+        self.ev(pid, "release_start", hold=hold)
+        self.ev(pid, "release", hold=hold)
+
+    def check(self) -> dict:
+        self.reg.close()
+        return check_trial(self.path)["impls"][self.impl]["totals"]
+
+
+def test_register_fences_reads_and_writes(tmp_path):
+    with FencedRegister(str(tmp_path / "r.jsonl")) as reg:
+        v = reg.read(5, hold="a")
+        reg.write(5, v + 1, hold="a")
+        assert reg.read(7, hold="b") == 1
+        with pytest.raises(StaleToken):
+            reg.write(5, 2, hold="a")  # b has read with a higher token
+        reg.write(7, 2, hold="b")
+        assert reg.read(None) == 2  # unfenced operations are always accepted
+        # readers share: both are accepted; a writer older than a reader is not
+        assert reg.read(9, hold="r1", shared=True) == 2
+        assert reg.read(8, hold="r2", shared=True) == 2
+        with pytest.raises(StaleToken):
+            reg.write(8, 3, hold="w")
+        st = reg.state()
+        assert (st["value"], st["writes"], st["high_x"], st["high_s"]) == (2, 2, 7, 9)
+    log, torn = read_log(str(tmp_path / "r.jsonl"))
+    assert [r["ok"] for r in log] == [True, True, True, False, True, True, True, True, False] and torn == 0
+
+
+def test_register_skips_a_torn_record(tmp_path):
+    path = str(tmp_path / "r.jsonl")
+    with FencedRegister(path) as reg:
+        reg.write(1, 1)
+        with open(path, "ab") as f:
+            f.write(b'\n{"seq": 2, "value": 99')  # a writer killed mid-record
+        reg.write(2, 2)
+        assert reg.state()["value"] == 2
+    log, torn = read_log(path)
+    assert [r["value"] for r in log] == [1, 2] and torn == 1
+
+
+def test_clean_history_has_no_findings(tmp_path):
+    h = History(tmp_path)
+    for k, pid in enumerate((1, 2, 1, 2)):
+        hold = f"{pid}.{k}"
+        h.grant(pid, hold, token=100 + k, seq=k)
+        v = h.reg.read(100 + k, hold=hold)
+        h.reg.write(100 + k, v + 1, hold=hold)
+        h.release(pid, hold)
+    t = h.check()
+    assert (t["accepted_overlaps"], t["unsafe"], t["lost_increments"], t["out_of_order"]) == (0, 0, 0, 0)
+    assert (t["final_value"], t["accepted_writes"], t["grants"]) == (4, 4, 4)
+
+
+def test_unfenced_stale_holder_is_an_accepted_overlap_and_loses_an_increment(tmp_path):
+    h = History(tmp_path, impl="kazoo")
+    h.grant(1, "A", token=None, seq=1)
+    va = h.reg.read(None, hold="A")  # A reads, then pauses past its session
+    h.grant(2, "B", token=None, seq=2)
+    vb = h.reg.read(None, hold="B")
+    h.reg.write(None, vb + 1, hold="B")
+    h.release(2, "B")
+    time.sleep(0.01)
+    h.reg.write(None, va + 1, hold="A")  # A wakes up and writes: accepted, B's increment is lost
+    h.release(1, "A")
+    t = h.check()
+    assert t["accepted_overlaps"] == 1
+    assert t["lost_increments"] == 1 and t["final_value"] == 1 and t["accepted_writes"] == 2
+    assert t["unsafe"] == 1
+
+
+def test_fenced_stale_holder_is_unsafe_but_rejected(tmp_path):
+    h = History(tmp_path)
+    h.grant(1, "A", token=10, seq=1)
+    va = h.reg.read(10, hold="A")
+    h.grant(2, "B", token=20, seq=2)
+    vb = h.reg.read(20, hold="B")
+    h.reg.write(20, vb + 1, hold="B")
+    h.release(2, "B")
+    time.sleep(0.01)
+    with pytest.raises(StaleToken):
+        h.reg.write(10, va + 1, hold="A")
+    h.release(1, "A")
+    t = h.check()
+    assert (t["accepted_overlaps"], t["lost_increments"], t["unsafe"], t["ops_rejected"]) == (0, 0, 1, 1)
+    assert t["false_rejections"] == 0
+
+
+def test_grant_out_of_queue_order(tmp_path):
+    h = History(tmp_path)
+    h.ev(1, "acquire", req="A", mode="x")  # A queues first (sequence 1) ...
+    h.grant(2, "B", token=2, seq=2)  # ... but B (sequence 2) is granted while A waits
+    h.release(2, "B")
+    h.grant(1, "A", token=1, seq=1, queued=False)
+    h.release(1, "A")
+    assert h.check()["out_of_order"] == 1
+
+
+def test_readers_together_are_not_overlaps_but_a_writer_among_them_is(tmp_path):
+    h = History(tmp_path, impl="rw")
+    h.grant(1, "R1", token=1, seq=1, mode="s")
+    h.grant(2, "R2", token=2, seq=2, mode="s")
+    h.reg.read(1, hold="R1", shared=True)
+    h.reg.read(2, hold="R2", shared=True)
+    h.reg.read(1, hold="R1", shared=True)
+    h.release(1, "R1")
+    h.release(2, "R2")
+    t = h.check()
+    assert t["accepted_overlaps"] == 0 and t["readers_overlapped"] == 1
+    os.makedirs(tmp_path / "w")  # a fresh trial: an unfenced writer among readers
+    h2 = History(tmp_path / "w", impl="rw")
+    h2.grant(1, "R1", token=None, seq=1, mode="s")
+    h2.reg.read(None, hold="R1", shared=True)
+    h2.grant(2, "W2", token=None, seq=2, mode="x")
+    h2.reg.write(None, 1, hold="W2")
+    h2.reg.read(None, hold="R1", shared=True)
+    h2.release(2, "W2")
+    h2.release(1, "R1")
+    assert h2.check()["accepted_overlaps"] == 1
+
+
+def test_missed_and_timely_loss_notices(tmp_path):
+    h = History(tmp_path)
+    h.grant(1, "A", token=1, seq=1)
+    h.nemesis("fault_start", id="f1", kind="pause", target_pid=1)
+    h.nemesis("fault_end", id="f1")
+    h.ev(1, "state", hold="A", state="lost")  # told just after it could reach ZooKeeper again
+    h.release(1, "A")
+    h.grant(2, "B", token=2, seq=2)
+    h.nemesis("fault_start", id="f2", kind="pause", target_pid=2)
+    h.nemesis("fault_end", id="f2")
+    h.release(2, "B")  # never told
+    t = h.check()
+    assert (t["notices_needed"], t["notices_got"], t["notices_late"]) == (2, 1, 0)
+    assert 0 < t["max_notice_delay"] < 0.1
+    assert [f["hold"] for f in t["findings"] if f["what"] == "missed loss notice"] == ["B"]
