@@ -25,7 +25,8 @@ bench: setup
 	$(PY) bench/run.py
 
 safety: setup
-	$(PY) -m zkrecipes.testing.chaos --long
+	@bash scripts/safety-setup.sh
+	$(PY) -m zkrecipes.testing.chaos --long --out docs/safety-results
 
 clean:
 	rm -rf .venv docs/_build build *.egg-info

@@ -1,0 +1,82 @@
+"""The safety lab's short run (issue 6), as part of ``make test``.
+
+Runs ``python -m zkrecipes.testing.chaos --seed 1`` -- the zkrecipes trial (FairLock, ReadWriteLock and
+LeaderElection, 8 worker processes) under each nemesis fault once -- in a subprocess with a deadline, and
+fails if the checker found an accepted overlap, a lost increment, an orphan node or a hung worker for any
+zkrecipes recipe, or if the run did not exercise what it claims (faults injected, holders hit, grants,
+readers together). The histories stay under pytest's tmp_path for inspection.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from zkrecipes.testing import ZooKeeperNotFound, find_classpath
+
+DEADLINE = 170.0  # seconds; the run takes about 40-60 s on two CPUs
+ZK_RECIPES = ("fair", "rw", "election")
+FAULTS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "pause", "holder-kill")
+
+
+def _summary(res: dict) -> str:
+    lines = []
+    for impl in ZK_RECIPES:
+        t = res["totals"][impl]
+        lines.append(f"{t['name']}: " + ", ".join(f"{k}={t[k]}" for k in (
+            "accepted_overlaps", "lost_increments", "orphans", "hung", "unsafe", "stalls", "duplicate_nodes")))
+        lines += [f"    {f}" for f in t["findings"][:8]]
+    return "\n".join(lines)
+
+
+def test_short_safety_run(tmp_path):
+    try:
+        find_classpath()
+    except ZooKeeperNotFound as exc:
+        if os.environ.get("ZK_HOSTS"):
+            pytest.skip(f"the safety lab starts and kills its own servers: {exc}")
+        pytest.fail(str(exc), pytrace=False)
+    out = tmp_path / "safety"
+    cmd = [sys.executable, "-m", "zkrecipes.testing.chaos", "--seed", "1", "--out", str(out), "--keep-history"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # its workers and servers die with it (parent-death signal)
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the short safety run did not finish within {DEADLINE:g} s\n{stderr[-3000:]}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    results = out / "results.json"
+    assert results.exists(), f"no results (exit {proc.returncode})\n{stderr[-3000:]}"
+    res = json.loads(results.read_text())
+    where = f"histories in {out / 'history'}\n{_summary(res)}"
+
+    # the run did what it claims
+    rows = {(r["impl"], r["fault"]): r for r in res["rows"]}
+    for kind in FAULTS:
+        assert rows[("fair", kind)]["faults"] == 1, f"fault {kind} was not injected\n{stderr[-3000:]}"
+    hits = sum(rows[(impl, kind)]["hits"] for impl in ZK_RECIPES for kind in FAULTS)
+    assert hits >= 2, f"holder-targeted faults hit a holder only {hits} times\n{where}"
+    for impl in ZK_RECIPES:
+        t = res["totals"][impl]
+        assert t["grants"] >= 20, f"{t['name']}: only {t['grants']} grants\n{where}"
+        assert not t["crashes"], f"{t['name']}: worker threads crashed: {t['crashes']}\n{where}"
+    assert res["totals"]["rw"]["readers_overlapped"], f"readers never held the ReadWriteLock together\n{where}"
+
+    # the verdict
+    for impl in ZK_RECIPES:
+        t = res["totals"][impl]
+        assert t["accepted_overlaps"] == 0, f"{t['name']}: accepted overlaps\n{where}"
+        assert t["lost_increments"] == 0, f"{t['name']}: lost increments\n{where}"
+        assert t["orphans"] == 0, f"{t['name']}: orphan lock nodes {t['orphan_nodes']}\n{where}"
+        assert t["hung"] == 0, f"{t['name']}: workers hung past their deadline\n{where}"
+    assert res["passed"], f"{res['failures']}\n{where}"
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{stderr[-3000:]}"
