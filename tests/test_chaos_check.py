@@ -44,10 +44,10 @@ class History:
             f.write(json.dumps({"t": t, "wall": 0.0, "ev": ev, **kw}) + "\n")
         return t
 
-    def grant(self, pid: int, hold: str, token, seq: int, mode: str = "x", queued: bool = True) -> None:
+    def grant(self, pid: int, hold: str, token, seq: int, mode: str = "x", queued: bool = True, node=None) -> None:
         if queued:
             self.ev(pid, "acquire", req=hold, mode=mode)
-        self.ev(pid, "grant", req=hold, hold=hold, token=token, seq=seq, mode=mode)
+        self.ev(pid, "grant", req=hold, hold=hold, token=token, seq=seq, mode=mode, node=node)
 
     def release(self, pid: int, hold: str) -> None:
         self.ev(pid, "release_start", hold=hold)
@@ -185,3 +185,29 @@ def test_missed_and_timely_loss_notices(tmp_path):
     assert (t["notices_needed"], t["notices_got"], t["notices_late"]) == (2, 1, 0)
     assert 0 < t["max_notice_delay"] < 0.1
     assert [f["hold"] for f in t["findings"] if f["what"] == "missed loss notice"] == ["B"]
+
+
+def test_stalled_queue_with_nodes_nobody_holds_counts_orphans(tmp_path):
+    h = History(tmp_path)
+    h.ev(1, "session", session="a1")
+    h.ev(2, "session", session="b2")
+    h.grant(2, "B", token=7, seq=7, node="/root/fair/vm-W-0000000007")  # B holds 7; the queue is stuck at 5
+    queue = [
+        {"node": "vm-W-0000000005", "owner": "a1", "pid": 1, "guid": "g1"},  # owned by worker 1, held by nobody
+        {"node": "vm-W-0000000006", "owner": "a1", "pid": 1, "guid": "g1"},  # ... and the same acquire again
+        {"node": "vm-W-0000000008", "owner": "b2", "pid": 2, "guid": "g2"},
+    ]
+    h.nemesis("stall", after="quorum-loss", impls=["fair"], waited=30, queues={"fair": queue})
+    h.release(2, "B")
+    t = h.check()
+    assert (t["stalls"], t["duplicate_nodes"], t["stuck_heads"], t["orphans"]) == (1, 1, 1, 1)
+
+    os.makedirs(tmp_path / "held")
+    h2 = History(tmp_path / "held")  # a stalled queue whose head is held (a slow holder) has no orphan
+    h2.ev(1, "session", session="a1")
+    h2.grant(1, "A", token=5, seq=5, node="/root/fair/vm-W-0000000005")
+    h2.nemesis("stall", after="pause", impls=["fair"], waited=30,
+               queues={"fair": [{"node": "vm-W-0000000005", "owner": "a1", "pid": 1, "guid": "g1"}]})
+    h2.release(1, "A")
+    t2 = h2.check()
+    assert (t2["stalls"], t2["stuck_heads"], t2["orphans"]) == (1, 0, 0)

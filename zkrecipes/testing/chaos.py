@@ -282,6 +282,8 @@ class Trial:
             if time.monotonic() > deadline:
                 snap = {impl: self.queue_snapshot(impl) for impl in pending} if self.mon is not None else {}
                 self.journal("stall", after=what, impls=sorted(pending), waited=timeout, queues=snap)
+                for slot in self.slots:  # every worker writes its threads' stacks to its stderr log
+                    _killpg(slot.proc, signal.SIGUSR1)
                 self.say(f"  no progress on {sorted(pending)} within {timeout:g} s after {what}")
                 if repair and self.repair(snap):
                     return self.wait_progress(time.monotonic(), timeout, "stall-repair", repair=False)
@@ -718,7 +720,7 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
     return {
         "command": _command(st),
         "seed": st.seed,
-        "mode": "long" if st.long else "short",
+        "mode": "long" if st.long else ("short" if st.trials == ("zk",) and st.repeat == 1 else "custom"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": round(duration, 1),
         "workers": st.workers,

@@ -36,8 +36,10 @@ loss notices
     the holder could reach the lock service again (expiry done, link healed, process continued, or the
     client's own view of the expiry) and must be at most the session timeout plus 1 s.
 orphans
-    lock nodes (or Redis keys) a worker's session still owned after it released everything, plus any
-    node left under the trial's root once every worker had exited and every session had had time to end.
+    lock nodes (or Redis keys) a worker's session still owned after it released everything; any node
+    left under the trial's root once every worker had exited and every session had had time to end; and,
+    in a queue that stalled, extra nodes of one acquire (same guid and session) and a head node that its
+    live owner did not hold (nobody will ever delete it before that session ends).
 """
 
 from __future__ import annotations
@@ -160,6 +162,7 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
                               "seq": None, "end": None}
         elif ev == "grant":
             h = {"id": e["hold"], "pid": e["pid"], "slot": e["slot"], "grant": e["t"], "token": e.get("token"),
+                 "node": e.get("node"),
                  "seq": e.get("seq"), "mode": e.get("mode", "x"), "session": e.get("session"), "end": None,
                  "release": None, "notices": []}
             holds[e["hold"]] = h
@@ -363,20 +366,34 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
     totals["hung"] = sum(1 for e in nemesis if e["ev"] == "hung")
     stalls = [e for e in nemesis if e["ev"] == "stall" and impl in e.get("impls", [])]
     totals["stalls"] = len(stalls)
-    ghosts: dict = {}  # extra node -> the node of the same acquire (same guid, same session)
+    ghosts: dict = {}  # nodes of one acquire (same guid, same session) -> how many are extra
+    stuck: dict = {}  # head node of a stalled queue that its (live) owner did not hold -> owner pid
+    owners = {e["session"]: e["pid"] for e in events if e["ev"] == "session"}
     for e in stalls:
         queue = e.get("queues", {}).get(impl, [])
+        head = queue[0] if queue and "node" in queue[0] else None
+        pid = owners.get(head["owner"]) if head else None
+        if pid is not None and not any(
+            h["pid"] == pid and (h.get("node") or "").endswith("/" + head["node"]) and h["grant"] <= e["t"] <= h["end"]
+            for h in holds.values()
+        ):
+            stuck[head["node"]] = pid
         by_guid = defaultdict(list)
         for n in queue:
             if n.get("guid"):
                 by_guid[n["guid"]].append(n["node"])
         dups = {g: nodes for g, nodes in by_guid.items() if len(nodes) > 1}
         for nodes in dups.values():
-            ghosts.update({n: nodes[0] for n in nodes[1:]})
+            ghosts[tuple(nodes)] = len(nodes) - 1
         totals["findings"].append({"what": "stall", "t": e["t"], "after": e.get("after"), "waited": e.get("waited"),
                                    "queue_head": queue[:3], "same_acquire_twice": dups})
-    orphans.extend(f"{suffix}/{n} (same acquire as {first})" for n, first in ghosts.items())
-    totals["duplicate_nodes"] = len(ghosts)
+    for nodes, extra in ghosts.items():
+        orphans.extend([f"{suffix}: one of {', '.join(nodes)} (one acquire, {len(nodes)} nodes)"] * extra)
+    in_groups = {n for nodes in ghosts for n in nodes}
+    orphans.extend(f"{suffix}/{n} (head of a stalled queue; its owner, pid {pid}, did not hold it)"
+                   for n, pid in stuck.items() if n not in in_groups)
+    totals["duplicate_nodes"] = sum(ghosts.values())
+    totals["stuck_heads"] = len(stuck)
     totals["orphans"] = len(orphans)
     totals["orphan_nodes"] = orphans[:20]
     totals["crashes"] = [e.get("error") for e in events if e["ev"] == "crash"][:10]

@@ -23,9 +23,11 @@ deadline ``stop_at``; before exiting it records which lock nodes its session sti
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -441,6 +443,7 @@ def main(argv: Optional[list] = None) -> int:
     with open(argv[0]) as f:
         cfg = json.load(f)
     logging.basicConfig(level=logging.CRITICAL)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the nemesis asks for stacks when a lock stalls
     return Worker(cfg).run()
 
 
