@@ -186,6 +186,8 @@ class Waiter:
         self.policy = policy
         self.wake = threading.Event()
         self.deleted: set = set()
+        self.deleted_at: Optional[float] = None
+        self.frozen = False
         self._watched: Optional[str] = None
         self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
 
@@ -195,7 +197,19 @@ class Waiter:
     def _on_watch(self, event) -> None:  # kazoo's event thread: only record and wake
         if event.type == EventType.DELETED:
             self.deleted.add(event.path)
+            self.deleted_at = time.monotonic()
         self.wake.set()
+
+    def _freeze_limit(self) -> float:
+        return self.client._session_timeout / 3000.0
+
+    def stale(self) -> bool:
+        """True if a grant now would rest on old news: the process was frozen while waiting (GC pause,
+        SIGSTOP) or the deletion we were told of is older than a third of the session timeout -- the
+        session may have expired meanwhile, so our node must be read back before we hold."""
+        return self.frozen or (
+            self.deleted_at is not None and time.monotonic() - self.deleted_at > self._freeze_limit()
+        )
 
     def remaining(self) -> Optional[float]:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -249,7 +263,14 @@ class Waiter:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
         if self.nowait:
             raise DeadlinePassed()
-        while not self.wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
+        while True:
+            step = 0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))
+            started = time.monotonic()
+            woke = self.wake.wait(step)
+            if time.monotonic() - started > step + self._freeze_limit():
+                self.frozen = True  # this thread stood still far longer than asked: the process was frozen
+            if woke:
+                break
             self.check()
         self.wake.clear()
         self.check()
@@ -297,23 +318,35 @@ class Queue:
     def children(self, waiter: Waiter) -> list:
         return waiter.call(lambda: self.client.get_children_async(self.path))
 
-    def _find_own(self, waiter: Waiter, name_prefix: str, guid: str, sequence: bool) -> Optional[Entry]:
-        """After a create whose reply was lost: our node is the one with our guid and our session."""
+    def _own_nodes(self, waiter: Waiter, name_prefix: str, guid: str, sequence: bool) -> list:
+        """Entries of this session's nodes that carry ``guid``, read after a ``sync`` so that a create
+        applied late (across a ZooKeeper leader change) is seen."""
         sid = session_id(self.client)
+        try:
+            waiter.call(lambda: self.client.sync_async(self.path))
+        except NoNodeError:
+            return []
         if sequence:
             names = [n for n in self.children(waiter) if n.startswith(name_prefix)]
         else:
             names = [name_prefix]
+        found = []
         for name in names:
             try:
                 data, stat = waiter.call(lambda n=name: self.client.get_async(f"{self.path}/{n}"))
             except NoNodeError:
                 continue
-            if naming.read_data(data).get("guid") == guid:
-                if stat.ephemeralOwner == sid:
-                    return Entry(f"{self.path}/{name}", naming.parse(name), stat.czxid, sid)
-                return None  # a node of our previous session: not ours, and going away
-        return None
+            if naming.read_data(data).get("guid") == guid and stat.ephemeralOwner == sid:
+                found.append(Entry(f"{self.path}/{name}", naming.parse(name), stat.czxid, sid))
+        return found
+
+    def _find_own(self, waiter: Waiter, name_prefix: str, guid: str, sequence: bool) -> Optional[Entry]:
+        """After a create whose reply was lost: our node is the one with our guid and our session (a
+        node of our previous session is not ours: it is going away). Extra copies are deleted."""
+        found = sorted(self._own_nodes(waiter, name_prefix, guid, sequence), key=lambda e: e.token)
+        for extra in found[1:]:
+            self.delete(extra.path, extra.session)
+        return found[0] if found else None
 
     def create(self, waiter: Waiter, name: str, data: bytes, guid: str, sequence: bool, listing: bool = False):
         """Create our ephemeral node ``<path>/<name>`` (plus a sequence suffix); returns (Entry, children).
@@ -323,6 +356,7 @@ class Queue:
         reply comes. Raises NodeExistsError for a taken non-sequential name.
         """
         acl = self._acl()
+        replies_lost = False
         while True:
             waiter.check()
             self._ensure_parent(waiter)
@@ -345,6 +379,7 @@ class Queue:
                 waiter.wake.wait(0.05)
                 continue
             except retry.TRANSIENT:
+                replies_lost = True
                 entry = self._find_own(waiter, name, guid, sequence)
                 if entry is None:
                     continue
@@ -357,6 +392,16 @@ class Queue:
             if sid is not None and sid != stat.ephemeralOwner:
                 continue  # created by a session that has since expired: the node is gone
             entry = Entry(path, naming.parse(path.rsplit("/", 1)[1]), stat.czxid, stat.ephemeralOwner)
+            if replies_lost and sequence:
+                # An earlier create whose reply was lost may still have been applied (a leader change
+                # commits it late): one acquire must never leave two nodes, the stray would block the queue.
+                try:
+                    for extra in self._own_nodes(waiter, name, guid, sequence):
+                        if extra.path != entry.path:
+                            self.delete(extra.path, extra.session)
+                except BaseException:
+                    self.delete(entry.path, entry.session)
+                    raise
             children = None
             if listing:
                 try:
@@ -400,7 +445,7 @@ class Queue:
                     continue
                 blocker = rule(ahead, entry.node)
                 if blocker is None:
-                    if confirm and not self._confirm(waiter, entry):
+                    if (confirm or waiter.stale()) and not self._confirm(waiter, entry):
                         entry = None
                         continue
                     return entry
