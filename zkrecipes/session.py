@@ -23,6 +23,8 @@ import weakref
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 log = logging.getLogger("zkrecipes.session")
@@ -208,6 +210,11 @@ class Hold:
         elif not self.released:
             try:
                 ok = self._verify(self)
+            except (ConnectionLoss, KazooTimeoutError):
+                # the connection dropped again before we could look: stay suspended; the next
+                # reconnection verifies again, and the suspension timer still bounds it
+                log.info("could not verify %s yet (connection lost again)", self.node)
+                return
             except Exception:
                 log.exception("could not verify %s after reconnecting", self.node)
                 ok = False
