@@ -14,10 +14,10 @@ from typing import Callable, Iterator, Optional
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.security import ACL
 
-from . import _local, naming, retry
-from ._queue import Cancelled, DeadlinePassed, Queue, Waiter
+from . import _local, naming
+from ._participant import Participant
+from ._queue import Cancelled, DeadlinePassed, Waiter
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .session import HELD, LOST, SUSPENDED, Hold, session_id
 
@@ -32,7 +32,7 @@ NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[["Lock", str], None]
 
 
-class Lock:
+class Lock(Participant):
     """Base of every zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
     _kind = naming.WRITE
@@ -49,21 +49,9 @@ class Lock:
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
     ) -> None:
-        if not isinstance(client, KazooClient):
-            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
-        self.path = naming.validate_path(path)
-        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
-        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
-        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
-            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
-        if not isinstance(tolerate_suspended, bool):
-            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
-        self.client = client
-        self.acl = list(acl) if acl else None
-        self.retry = _validate_retry(retry)
-        self.tolerate_suspended = tolerate_suspended
-        self.lost = threading.Event()
-        self._queue = Queue(client, self.path, self.acl, self.retry)
+        super().__init__(
+            client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended
+        )
         self._gate = _local.gate(client, self.path, self._family)
         self._listeners: list = []
         self._state = IDLE
@@ -86,14 +74,6 @@ class Lock:
         elif current != session:
             hold.mark_lost()  # the session ended before the hold was installed
         return hold
-
-    def _verify(self, hold: Hold) -> bool:
-        stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
-        return stat is not None and stat.ephemeralOwner == hold.session
-
-    def _cleanup(self, hold: Hold) -> None:
-        if self._verify(hold):
-            self._queue.delete(hold.node, hold.session)
 
     # -- acquire / release -----------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -391,7 +371,3 @@ class Lock:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"
-
-
-def _validate_retry(policy: object) -> Optional[tenacity.Retrying]:
-    return retry.validate_policy(policy)

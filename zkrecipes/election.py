@@ -20,10 +20,10 @@ from typing import Any, Callable, Optional
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
-from kazoo.security import ACL
 
 from . import naming, retry
-from ._queue import Cancelled, DeadlinePassed, Queue, Waiter
+from ._participant import Participant
+from ._queue import Cancelled, DeadlinePassed, Waiter
 from .errors import LockError, LockLost
 from .fair import predecessor
 from .naming import Contender
@@ -38,7 +38,7 @@ LEADER = "leader"
 ElectionListener = Callable[["LeaderElection", str], None]
 
 
-class LeaderElection:
+class LeaderElection(Participant):
     """Leader election among the candidates of ``path``; at most one leader at a time.
 
     ``LeaderElection(zk, "/election/reports", identifier="worker-7")`` -- also ``host=``, ``acl=``,
@@ -61,22 +61,9 @@ class LeaderElection:
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
     ) -> None:
-        if not isinstance(client, KazooClient):
-            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
-        self.path = naming.validate_path(path)
-        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
-        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
-        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
-            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
-        if not isinstance(tolerate_suspended, bool):
-            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
-        self.client = client
-        self.tolerate_suspended = tolerate_suspended
-        self.retry = _retry.validate_policy(retry)
-        #: A :class:`threading.Event` set when leadership is lost (session expired, or suspended past the
-        #: session timeout); cleared when a new campaign starts. For leaders that wait rather than poll.
-        self.lost = threading.Event()
-        self._queue = Queue(client, self.path, list(acl) if acl else None, self.retry)
+        super().__init__(
+            client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended
+        )
         self._lock = threading.Lock()
         self._hold: Optional[Hold] = None
         self._waiter: Optional[Waiter] = None
@@ -193,14 +180,6 @@ class LeaderElection:
                 return None
 
     # -- hold state --------------------------------------------------------------------------------
-    def _verify(self, hold: Hold) -> bool:
-        stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
-        return stat is not None and stat.ephemeralOwner == hold.session
-
-    def _cleanup(self, hold: Hold) -> None:
-        if self._verify(hold):
-            self._queue.delete(hold.node, hold.session)
-
     def _on_hold(self, hold: Hold, _state: Optional[str] = None) -> None:
         # Report the hold's state as it is now, not as it was when this call was scheduled: the campaign
         # thread and the session dispatcher both call this, and the later call must not report an older

@@ -1,0 +1,60 @@
+"""What every lock and election holds: validated settings, its queue, and the checks on its own node."""
+
+from __future__ import annotations
+
+import threading
+from typing import Optional
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.security import ACL
+
+from . import naming, retry
+from ._queue import Queue
+from .session import Hold
+
+
+class Participant:
+    """Validates the shared constructor arguments (before any ZooKeeper call) and owns the queue."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[list] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+    ) -> None:
+        if not isinstance(client, KazooClient):
+            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
+        self.path = naming.validate_path(path)
+        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
+        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
+        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
+            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
+        if not isinstance(tolerate_suspended, bool):
+            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
+        self.client = client
+        self.acl = list(acl) if acl else None
+        self.retry = _validate_retry(retry)
+        self.tolerate_suspended = tolerate_suspended
+        # threading.Event set when the hold (or leadership) is lost; cleared by a new acquire/campaign
+        self.lost = threading.Event()
+        self._queue = Queue(client, self.path, self.acl, self.retry)
+
+    def _verify(self, hold: Hold) -> bool:
+        """Our node still exists and belongs to the hold's session."""
+        stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
+        return stat is not None and stat.ephemeralOwner == hold.session
+
+    def _cleanup(self, hold: Hold) -> None:
+        """Delete the node of a hold declared lost while its session lived on."""
+        if self._verify(hold):
+            self._queue.delete(hold.node, hold.session)
+
+
+def _validate_retry(policy: object) -> Optional[tenacity.Retrying]:
+    return retry.validate_policy(policy)
