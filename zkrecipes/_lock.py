@@ -10,7 +10,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
 import tenacity
 from kazoo.client import KazooClient
@@ -29,7 +29,6 @@ _W, _R = 0, 1
 _HAVE, _QUEUE = "have", "queue"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 
-Listener = Callable[["Lock", str], None]
 
 
 class Lock(Participant):
@@ -53,9 +52,6 @@ class Lock(Participant):
             client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended
         )
         self._gate = _local.gate(client, self.path, self._family)
-        self._listeners: list = []
-        self._state = IDLE
-        self._state_lock = threading.Lock()
         self._cancel = threading.Event()
         self._waiters: set = set()
 
@@ -298,31 +294,6 @@ class Lock(Participant):
         if state == LOST:
             self.lost.set()
         self._set_state(state)
-
-    def _set_state(self, state: str) -> None:
-        with self._state_lock:
-            if self._state == state:
-                return
-            self._state = state
-            listeners = list(self._listeners)
-        for fn in listeners:
-            try:
-                fn(self, state)
-            except Exception:
-                log.exception("listener %r of %s failed", fn, self.path)
-
-    def add_listener(self, fn: Listener) -> None:
-        """Call ``fn(lock, state)`` on every state change (never on kazoo's threads; keep it short)."""
-        if not callable(fn):
-            raise TypeError(f"listener must be callable, got {fn!r}")
-        with self._state_lock:
-            self._listeners.append(fn)
-
-    def remove_listener(self, fn: Listener) -> None:
-        """Stop calling ``fn``; unknown functions are ignored."""
-        with self._state_lock:
-            if fn in self._listeners:
-                self._listeners.remove(fn)
 
     @property
     def state(self) -> str:

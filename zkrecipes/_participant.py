@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import threading
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import tenacity
 from kazoo.client import KazooClient
@@ -12,6 +13,8 @@ from kazoo.security import ACL
 from . import naming, retry
 from ._queue import Queue
 from .session import Hold
+
+log = logging.getLogger("zkrecipes.lock")
 
 
 class Participant:
@@ -44,6 +47,35 @@ class Participant:
         # threading.Event set when the hold (or leadership) is lost; cleared by a new acquire/campaign
         self.lost = threading.Event()
         self._queue = Queue(client, self.path, self.acl, self.retry)
+        self._state = "idle"
+        self._state_lock = threading.Lock()
+        self._listeners: list = []
+
+    def _set_state(self, state: str) -> None:
+        """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
+        with self._state_lock:
+            if self._state == state:
+                return
+            self._state = state
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(self, state)
+            except Exception:
+                log.exception("listener %r of %s failed", fn, self.path)
+
+    def add_listener(self, fn: Callable[[Any, str], None]) -> None:
+        """Call ``fn(self, state)`` on every state change (never on kazoo's threads; keep it short)."""
+        if not callable(fn):
+            raise TypeError(f"listener must be callable, got {fn!r}")
+        with self._state_lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Callable[[Any, str], None]) -> None:
+        """Stop calling ``fn``; unknown functions are ignored."""
+        with self._state_lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
 
     def _verify(self, hold: Hold) -> bool:
         """Our node still exists and belongs to the hold's session."""

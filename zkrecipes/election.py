@@ -35,7 +35,6 @@ IDLE = "idle"
 CANDIDATE = "candidate"
 LEADER = "leader"
 
-ElectionListener = Callable[["LeaderElection", str], None]
 
 
 class LeaderElection(Participant):
@@ -69,8 +68,6 @@ class LeaderElection(Participant):
         self._waiter: Optional[Waiter] = None
         self._cancel = threading.Event()
         self._notify = threading.RLock()
-        self._state = IDLE
-        self._listeners: list = []
 
     # -- campaigning -------------------------------------------------------------------------------
     def campaign(self, timeout: Optional[float] = None) -> bool:
@@ -194,29 +191,7 @@ class LeaderElection(Participant):
 
     def _set_state(self, state: str) -> None:
         with self._notify:  # one state change told at a time, in order (reentrant: listeners may resign)
-            with self._lock:
-                if self._state == state:
-                    return
-                self._state = state
-                listeners = list(self._listeners)
-            for fn in listeners:
-                try:
-                    fn(self, state)
-                except Exception:
-                    log.exception("election listener %r failed", fn)
-
-    def add_listener(self, fn: ElectionListener) -> None:
-        """Call ``fn(election, state)`` on every state change (off kazoo's threads; keep it short)."""
-        if not callable(fn):
-            raise TypeError(f"listener must be callable, got {fn!r}")
-        with self._lock:
-            self._listeners.append(fn)
-
-    def remove_listener(self, fn: ElectionListener) -> None:
-        """Stop calling ``fn``; unknown functions are ignored."""
-        with self._lock:
-            if fn in self._listeners:
-                self._listeners.remove(fn)
+            super()._set_state(state)
 
     @property
     def state(self) -> str:
