@@ -7,11 +7,21 @@ import time
 from typing import Callable, Optional
 
 import pytest
+from kazoo.exceptions import NoNodeError
 
 from zkrecipes.testing import four_letter
 
 # Reconnect quickly once a link comes back (kazoo's default backoff grows to a minute).
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.3}
+
+
+def children(zk, path: str) -> list:
+    """Sorted children of ``path``, or [] when it does not exist. Lock parents are container nodes, which the
+    server may reap at any moment once empty, so "exists, then list" would race with the reaper."""
+    try:
+        return sorted(zk.get_children(path))
+    except NoNodeError:
+        return []
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.01):

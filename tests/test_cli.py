@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from lockhelpers import children
 
 from zkrecipes import naming
 from zkrecipes.testing import Partition
@@ -165,7 +166,7 @@ def queue(zk, path: str) -> list:
     """Names of the queue nodes under ``path`` in the test's chroot (what the CLI created), read after a
     sync so that the server we read from has seen every write the CLI's own server acknowledged."""
     zk.sync("/")
-    return zk.get_children(path) if zk.exists(path) else []
+    return children(zk, path)
 
 
 def status_json(cli: Cli, path: str) -> list:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+from lockhelpers import children, wait_until
 
 from zkrecipes import LeaderElection, LockLost
 from zkrecipes.naming import default_host
@@ -33,18 +34,6 @@ PATH = "/election"
 # Reconnect quickly once a server serves again (kazoo's default backoff grows to an hour).
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.3}
 WORKER_SESSION_TIMEOUT = 3.0  # election_worker.SESSION_TIMEOUT
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.01):
-    """Poll ``predicate`` until it returns something truthy (returned); fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout} s: {what}")
-        time.sleep(interval)
 
 
 class States:
@@ -789,4 +778,4 @@ def test_worker_pool_example_runs_as_documented(zk_ensemble, zk_namespace, zk):
     assert set(tokens) <= set(lead_tokens)
     assert lines[-1] == "all 9 jobs done; the store never saw a stale token", proc.stdout
     zk.sync("/")
-    assert not zk.exists("/reports") or zk.get_children("/reports") == []
+    assert children(zk, "/reports") == []

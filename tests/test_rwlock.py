@@ -7,13 +7,9 @@ import threading
 import time
 
 import pytest
-from lockhelpers import Acquirer, full_path, wait_until
+from lockhelpers import Acquirer, children, full_path, wait_until
 
 from zkrecipes import FairLock, LockError, ReadWriteLock
-
-
-def children(zk, path: str) -> list:
-    return sorted(zk.get_children(path)) if zk.exists(path) else []
 
 
 def watching(client, path: str) -> set:

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, wait_until
+from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, children, wait_until
 
 from zkrecipes import ExclusiveLock, FairLock, LockLost, ReadWriteLock
 from zkrecipes.testing import Partition, expire_session
@@ -27,10 +27,6 @@ EXCLUSIVE_RECIPES = ["exclusive", "fair", "rw-write"]
 def session(client) -> int:
     assert client.connected and client.client_id, "client has no live session"
     return client.client_id[0]
-
-
-def children(zk, path: str) -> list:
-    return sorted(zk.get_children(path)) if zk.exists(path) else []
 
 
 def assert_off_kazoo_threads(log: StateLog) -> None:
