@@ -60,7 +60,8 @@ class Lock(Participant):
         raise NotImplementedError
 
     def _zk_release(self, hold: Hold) -> None:
-        self._queue.delete(hold.node, hold.session)
+        if not self._queue.delete(hold.node, hold.session):
+            hold.mark_lost()  # the session turned out to be gone: tell the holder, even this late
 
     def _make_hold(self, path: str, token: int, session: int) -> Hold:
         hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
@@ -309,9 +310,10 @@ class Lock(Participant):
 
     @property
     def is_held(self) -> bool:
-        """True only for a thread that holds the lock while the hold is certain (not suspended/lost)."""
+        """True only for a thread that holds the lock while the hold is certain: not suspended or lost,
+        and confirmed by ZooKeeper since the process last stood still (GC pause, SIGSTOP)."""
         hold = self._my_hold()
-        return hold is not None and hold.state == HELD
+        return hold is not None and hold.state == HELD and not hold.stale()
 
     @property
     def token(self) -> Optional[int]:
@@ -327,10 +329,16 @@ class Lock(Participant):
 
     def check(self) -> None:
         """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless
-        built with ``tolerate_suspended=True``) suspended, LockError if this thread does not hold it."""
+        built with ``tolerate_suspended=True``) suspended, LockError if this thread does not hold it.
+
+        Cheap (no request) unless the process stood still since the hold was last confirmed: then it
+        first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
+        ZooKeeper cannot be reached to say so."""
         hold = self._my_hold()
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")
+        if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
+            raise LockLost(f"hold on {self.path} ({hold.node}) is uncertain: the process stood still, unconfirmed")
         if hold.state == LOST:
             raise LockLost(f"hold on {self.path} ({hold.node}) is lost: the session ended")
         if hold.state == SUSPENDED and not self.tolerate_suspended:

@@ -494,8 +494,10 @@ class Queue:
             return False
         return stat is not None and stat.ephemeralOwner == entry.session == session_id(self.client)
 
-    def delete(self, path: str, session: Optional[int] = None, timeout: float = 30.0) -> None:
-        """Delete our node (idempotent), unless it belongs to a session other than ``session``."""
+    def delete(self, path: str, session: Optional[int] = None, timeout: float = 30.0) -> bool:
+        """Delete our node (idempotent), unless it belongs to a session other than ``session``.
+
+        Returns False if ``session`` turned out to be gone (the node went with it), else True."""
         deadline = time.monotonic() + timeout
 
         def attempt() -> None:
@@ -505,10 +507,13 @@ class Queue:
 
         try:
             retry.call(attempt, deadline=deadline, policy=self.policy)
-        except (NoNodeError, SessionExpiredError, _SessionGone):
+        except NoNodeError:
             pass
+        except (SessionExpiredError, _SessionGone):
+            return False
         except Exception:
             log.exception("could not delete %s; it goes when the session ends", path)
+        return True
 
     def contenders(self) -> list:
         """Every node of the queue in order, with the data its owner wrote (reads pipelined)."""

@@ -128,8 +128,7 @@ class LeaderElection(Participant):
         self.cancel()
         with self._lock:
             hold = self._drop_hold()
-        if hold is not None:
-            self._set_state(IDLE)
+        self._end_term(hold)
 
     def cancel(self) -> None:
         """Stop a pending :meth:`campaign` (it returns False); leadership already held is kept."""
@@ -139,13 +138,22 @@ class LeaderElection(Participant):
             waiter.wake.set()
 
     def _drop_hold(self) -> Optional[Hold]:
+        """Forget the current term, deleting its node; a session found gone meanwhile marks it lost
+        (reported by :meth:`_end_term`, as this hold's own listener is now silent)."""
         hold, self._hold = self._hold, None
         if hold is not None:
-            hold.remove_listener(self._on_hold)
-            if hold.state != LOST:
-                self._queue.delete(hold.node, hold.session)
+            if hold.state != LOST and not self._queue.delete(hold.node, hold.session):
+                hold.mark_lost()
             hold.close()
         return hold
+
+    def _end_term(self, hold: Optional[Hold]) -> None:
+        if hold is None:
+            return
+        if hold.state == LOST and not self.lost.is_set():  # learned only while resigning: still told
+            self.lost.set()
+            self._set_state(LOST)
+        self._set_state(IDLE)
 
     def run(self, func: Callable[..., Any], *args: Any, requeue: bool = False, **kwargs: Any) -> Any:
         """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
@@ -169,8 +177,7 @@ class LeaderElection(Participant):
             finally:
                 with self._lock:
                     hold = self._drop_hold()
-                if hold is not None:
-                    self._set_state(IDLE)
+                self._end_term(hold)
             if not requeue:
                 return result
             if self._cancel.is_set():
@@ -200,9 +207,9 @@ class LeaderElection(Participant):
 
     @property
     def is_leader(self) -> bool:
-        """True only while leadership is certain."""
+        """True only while leadership is certain (see :attr:`Lock.is_held <zkrecipes.FairLock.is_held>`)."""
         hold = self._hold
-        return hold is not None and hold.state == HELD
+        return hold is not None and hold.state == HELD and not hold.stale()
 
     @property
     def token(self) -> Optional[int]:
@@ -218,10 +225,13 @@ class LeaderElection(Participant):
 
     def check(self) -> None:
         """Return if leadership is certain; raise LockLost if lost, uncertain (suspended, unless
-        ``tolerate_suspended``) or not held."""
+        ``tolerate_suspended``) or not held. After the process stood still it first asks ZooKeeper,
+        as :meth:`FairLock.check <zkrecipes.FairLock.check>` does."""
         hold = self._hold
         if hold is None:
             raise LockLost(f"{self.path}: not the leader")
+        if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
+            raise LockLost(f"{self.path}: leadership uncertain ({hold.node}): the process stood still, unconfirmed")
         if hold.state == LOST:
             raise LockLost(f"{self.path}: leadership lost ({hold.node}): the session ended")
         if hold.state == SUSPENDED and not self.tolerate_suspended:

@@ -46,9 +46,6 @@ class ExclusiveLock(Lock):
                     return self._make_hold(entry.path, entry.token, entry.session)
             waiter.sleep()
 
-    def _zk_release(self, hold: Hold) -> None:
-        self._queue.delete(hold.node, hold.session)
-
     def contenders(self) -> list:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""
         try:

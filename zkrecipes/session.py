@@ -6,6 +6,11 @@ subscriber ever runs on (or blocks) kazoo's threads. A suspension that outlasts 
 reported as ``"lost"`` without waiting to reach ZooKeeper again: by then the server may have expired the
 session and handed the lock to someone else.
 
+The dispatcher also notices when the whole process stood still (a long GC pause, SIGSTOP, a suspended
+VM): its own timed waits overrun by more than a third of the session timeout. Right after such a stall
+kazoo may not yet know that the server expired the session, so a hold held across it is *stale*: it is
+not reported as held, and ``check()`` asks ZooKeeper before it lets the holder act again.
+
 A :class:`Hold` follows one acquired node through::
 
     held --(connection drops)--> suspended --(session expires, or suspended past the timeout)--> lost
@@ -23,7 +28,7 @@ import weakref
 from typing import Callable, Optional
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
@@ -32,6 +37,8 @@ log = logging.getLogger("zkrecipes.session")
 SUSPENDED = "suspended"
 CONNECTED = "connected"
 LOST = "lost"
+STALLED = "stalled"  # the process stood still: holds must be confirmed before they are trusted again
+_TICK = 0.5  # the dispatcher wakes at least this often
 
 Subscriber = Callable[[str], None]
 
@@ -65,6 +72,9 @@ class SessionWatcher:
         self._thread: Optional[threading.Thread] = None
         self._suspended_at: Optional[float] = None
         self._timeout = client._session_timeout / 1000.0
+        self.stall_limit = self._timeout / 3.0  # an overrun longer than this counts as a stall
+        self.stalled_at = 0.0  # monotonic time the last stall was noticed
+        self._wake_by: Optional[float] = None  # while the dispatcher waits: when it should wake at the latest
         self.last_session: Optional[int] = session_id(client)
         client.add_listener(self._on_kazoo_state)
 
@@ -87,6 +97,17 @@ class SessionWatcher:
         with self._lock:
             self._subs.discard(fn)
 
+    def stalled_since(self, t: float) -> bool:
+        """True if the process may have stood still for longer than the stall limit since monotonic ``t``:
+        a stall was noticed after ``t``, or the dispatcher overslept its wait by that much (it may not
+        have run yet since the process resumed)."""
+        wake_by = self._wake_by
+        return self.stalled_at > t or (wake_by is not None and time.monotonic() > wake_by + self.stall_limit)
+
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the dispatcher thread (in order with the session events)."""
+        self._events.put((fn, None))
+
     def _emit(self, event: str) -> None:
         with self._lock:
             subs = list(self._subs)
@@ -99,12 +120,30 @@ class SessionWatcher:
     def _run(self) -> None:
         idle_since = time.monotonic()
         while True:
-            wait = 0.5
+            wait = _TICK
             if self._suspended_at is not None:
                 wait = max(0.0, min(wait, self._suspended_at + self._timeout - time.monotonic()))
+            started = time.monotonic()
+            self._wake_by = started + wait
             try:
                 state, sid = self._events.get(timeout=wait)
             except queue.Empty:
+                state = None
+            now = time.monotonic()
+            stalled = now - started > wait + self.stall_limit
+            if stalled:
+                self.stalled_at = now  # before _wake_by is cleared: stalled_since() never misses it
+            self._wake_by = None
+            if stalled:
+                log.warning("the process stood still for %.1f s: holds must be confirmed", now - started - wait)
+                self._emit(STALLED)
+            if callable(state):
+                try:
+                    state()
+                except Exception:
+                    log.exception("posted call %r failed", state)
+                continue
+            if state is None:
                 if self._suspended_at is not None and time.monotonic() >= self._suspended_at + self._timeout:
                     log.warning("suspended longer than the session timeout (%.1f s): holds are lost", self._timeout)
                     self._suspended_at = None
@@ -158,6 +197,7 @@ class Hold:
         self.session = session
         self.state = HELD
         self.released = False
+        self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
         self._verify = verify
         self._cleanup = cleanup
         self._listeners: list = []
@@ -184,6 +224,50 @@ class Hold:
         for fn in listeners:
             fn(state)
 
+    def stale(self) -> bool:
+        """True while held but not confirmed since the process stood still (see the module docstring)."""
+        return self.state == HELD and self._watcher.stalled_since(self.verified_at)
+
+    def confirm(self) -> bool:
+        """If :meth:`stale`, ask ZooKeeper whether our node is still ours (one read, bounded by the session
+        timeout). Returns True if the hold may be trusted: not stale, or confirmed. A node that is gone or
+        not ours marks the hold lost; a read that cannot reach ZooKeeper only returns False (kazoo's own
+        connection states follow)."""
+        if not self.stale():
+            return True
+        asked = time.monotonic()
+        try:
+            ok = self._verify(self)
+        except (NoNodeError, SessionExpiredError):
+            ok = False
+        except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
+            log.info("could not confirm %s after a stall: %s", self.node, exc)
+            return False
+        self._confirmed(ok, asked)
+        return ok
+
+    def _confirmed(self, ok: bool, asked: float) -> None:
+        if ok:
+            self.verified_at = max(self.verified_at, asked)
+        elif not self.released:
+            self._set(LOST)
+
+    def _confirm_async(self) -> None:
+        """Start :meth:`confirm`'s read without waiting; its answer is applied on the dispatcher thread."""
+        asked = time.monotonic()
+
+        def done(ar) -> None:  # kazoo's completion thread: hand over to the dispatcher
+            try:
+                stat = ar.get(block=False)
+            except (NoNodeError, SessionExpiredError):
+                stat = None
+            except Exception:
+                return  # cannot tell yet; kazoo's connection states follow
+            ok = stat is not None and stat.ephemeralOwner == self.session
+            self._watcher.post(lambda: self._confirmed(ok, asked))
+
+        self.client.exists_async(self.node).rawlink(done)
+
     def mark_lost(self) -> None:
         """Declare this hold lost (final). Its node, if it still exists, is removed on reconnection."""
         self._set(LOST)
@@ -195,6 +279,10 @@ class Hold:
             self._watcher.unsubscribe(self._on_event)
 
     def _on_event(self, event: str) -> None:
+        if event == STALLED:
+            if self.state == HELD and not self.released:
+                self._confirm_async()
+            return
         if event in (SUSPENDED, LOST):
             if not self.released:
                 self._set(event)
@@ -208,6 +296,7 @@ class Hold:
             self._watcher.unsubscribe(self._on_event)
             self._cleanup(self)
         elif not self.released:
+            asked = time.monotonic()
             try:
                 ok = self._verify(self)
             except (ConnectionLoss, KazooTimeoutError):
@@ -218,4 +307,6 @@ class Hold:
             except Exception:
                 log.exception("could not verify %s after reconnecting", self.node)
                 ok = False
+            if ok:
+                self.verified_at = asked
             self._set(HELD if ok else LOST)
