@@ -123,6 +123,7 @@ def test_downgrade_keeps_queued_writers_out(zk, zk_factory):
     assert time.monotonic() - start < 1.0
     write.release()
     assert read.is_held and not write.is_held
+    assert (read.state, write.state) == ("held", "idle") and write.token is None and write.node is None
     assert (read.node, read.token) == (node, token)
     assert zk.exists(node) is not None  # the write node stays while we read
     assert not queued.done.is_set()  # so the queued writer did not slip in

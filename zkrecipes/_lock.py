@@ -228,13 +228,22 @@ class Lock(Participant):
                 g.writer = None
             if c == [0, 0]:
                 del g.counts[tid]
+            downgraded: list = []
             if g.counts:
                 if g.writer is None:
                     g.mode = naming.READ  # downgrade: our write node stays until the reads are released
+                    downgraded = [o for o in g.objects if o._kind == naming.WRITE]
+                    g.objects.difference_update(downgraded)
                 g.cond.notify_all()
-                return
-            hold, objects = g.hold, g.objects
-            g.hold, g.mode, g.objects, g.busy = None, None, set(), True
+                kept = g.hold
+            else:
+                kept = None
+                hold, objects = g.hold, g.objects
+                g.hold, g.mode, g.objects, g.busy = None, None, set(), True
+        if kept is not None:
+            for obj in downgraded:  # the write side is no longer held: "idle", no token, no node
+                obj._detach(kept)
+            return
         try:
             if hold.state != LOST:
                 self._zk_release(hold)
