@@ -12,7 +12,7 @@ import time
 import pytest
 from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, children, wait_until
 
-from zkrecipes import ExclusiveLock, FairLock, LockLost, ReadWriteLock
+from zkrecipes import ExclusiveLock, FairLock, LeaderElection, LockLost, ReadWriteLock
 from zkrecipes.testing import Partition, expire_session
 
 RECIPES = {
@@ -267,3 +267,56 @@ def test_waiter_survives_a_short_cut(zk, zk_factory, partition, recipe, release_
     finish.set()
     assert waiter.released.wait(10)
     assert children(zk, "/wblip") == []
+
+
+def _hold(client, recipe: str, path: str):
+    """(holder, release) for a lock recipe or an election, already held."""
+    if recipe == "election":
+        holder = LeaderElection(client, path)
+        assert holder.campaign(timeout=10)
+        return holder, holder.resign
+    holder = RECIPES[recipe](client, path)
+    assert holder.acquire(timeout=10)
+    return holder, holder.release
+
+
+@pytest.mark.parametrize("recipe", ["fair", "exclusive", "election"])
+def test_release_while_suspended_deletes_once_the_session_is_back(zk, zk_factory, partition, recipe):
+    client = zk_factory(hosts=partition.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+    holder, let_go = _hold(client, recipe, "/defer")
+    log = StateLog(holder)
+    sid, node = session(client), holder.node
+    partition.cut()
+    log.wait_for("suspended", timeout=5)
+    healer = threading.Timer(1.0, partition.heal)  # the fault: a 1 s cut, well inside the session
+    healer.start()
+    let_go()
+    healer.join()
+    assert zk.exists(node) is None and session(client) == sid  # deleted by its owner, not by an expiry
+    assert holder.state == "idle" and "lost" not in log.states and not holder.lost.is_set()
+
+
+@pytest.mark.parametrize("recipe", ["fair", "exclusive", "election"])
+def test_release_cut_off_past_the_session_returns_and_reports_the_loss(zk, zk_factory, partition, recipe):
+    client = zk_factory(hosts=partition.hosts, timeout=3.0, connection_retry=FAST_RECONNECT)
+    let_go = threading.Event()
+    if recipe == "election":
+        holder = LeaderElection(client, "/gone")
+        assert holder.campaign(timeout=10)
+        released = threading.Event()
+        threading.Thread(target=lambda: (let_go.wait(60), holder.resign(), released.set()), daemon=True).start()
+    else:
+        holder = RECIPES[recipe](client, "/gone")
+        acquirer = Acquirer(holder, hold_until=let_go)  # a lock is released by the thread that holds it
+        assert acquirer.wait() is True
+        released = acquirer.released
+    log = StateLog(holder)
+    partition.cut()
+    log.wait_for("suspended", timeout=5)
+    let_go.set()
+    assert released.wait(15)  # bounded by the session timeout, not by the link coming back
+    assert not client.connected
+    assert "lost" in log.states and log.states[-1] == "idle" and holder.lost.is_set()
+    partition.heal()
+    rival, rival_release = _hold(zk, "exclusive" if recipe == "exclusive" else "fair", "/gone")
+    rival_release()

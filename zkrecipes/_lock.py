@@ -1,6 +1,6 @@
 """The public lock API shared by every recipe: acquire/release, state, listeners, check, fencing token.
 
-Recipes subclass :class:`Lock` and implement ``_zk_acquire(waiter) -> Hold`` and ``_zk_release(hold)``;
+Recipes subclass :class:`Lock` and implement ``_zk_acquire(waiter) -> Hold``;
 the local gate, reentrancy, deadlines, cancel and session-state reporting live here once.
 """
 
@@ -58,10 +58,6 @@ class Lock(Participant):
     # -- recipe hooks ----------------------------------------------------------------------------
     def _zk_acquire(self, waiter: Waiter) -> Hold:  # pragma: no cover - abstract
         raise NotImplementedError
-
-    def _zk_release(self, hold: Hold) -> None:
-        if not self._queue.delete(hold.node, hold.session):
-            hold.mark_lost()  # the session turned out to be gone: tell the holder, even this late
 
     def _make_hold(self, path: str, token: int, session: int) -> Hold:
         hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
@@ -214,7 +210,9 @@ class Lock(Participant):
         """Release one level of this thread's hold; the last release deletes our node.
 
         Raises LockError if the calling thread does not hold the lock. After the hold was lost,
-        release only clears local state: it never deletes a node that may now be someone else's.
+        release only clears local state: it never deletes a node that may now be someone else's. Without
+        a connection (suspended), release waits for one at most until the hold is declared lost (the
+        session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
         g, tid = self._gate, threading.get_ident()
         side = _W if self._kind == naming.WRITE else _R
@@ -245,10 +243,8 @@ class Lock(Participant):
                 obj._detach(kept)
             return
         try:
-            if hold.state != LOST:
-                self._zk_release(hold)
+            self._delete_held(hold)  # a session found gone is reported as lost, even this late
         finally:
-            hold.close()
             with g.cond:
                 g.busy = False
                 g.cond.notify_all()

@@ -12,7 +12,7 @@ from kazoo.security import ACL
 
 from . import naming, retry
 from ._queue import Queue
-from .session import Hold
+from .session import LOST, Hold
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -83,9 +83,23 @@ class Participant:
         return stat is not None and stat.ephemeralOwner == hold.session
 
     def _cleanup(self, hold: Hold) -> None:
-        """Delete the node of a hold declared lost while its session lived on."""
+        """Delete the node of a hold declared lost, or released while disconnected, once its session is
+        back (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
         if self._verify(hold):
             self._queue.delete(hold.node, hold.session)
+
+    def _delete_held(self, hold: Hold) -> None:
+        """Release ``hold``: delete its node and stop following it. Without a connection, wait for one
+        until the hold is declared lost (the session expired, or suspended past the session timeout);
+        a session found gone marks the hold lost, so its owner is told even this late. A lost hold's
+        node, if its session lives on after all, is deleted when the client reconnects."""
+        try:
+            if hold.state != LOST and not self._queue.delete(
+                hold.node, hold.session, gone=lambda: hold.state == LOST
+            ):
+                hold.mark_lost()
+        finally:
+            hold.close()
 
 
 def _validate_retry(policy: object) -> Optional[tenacity.Retrying]:

@@ -494,16 +494,30 @@ class Queue:
             return False
         return stat is not None and stat.ephemeralOwner == entry.session == session_id(self.client)
 
-    def delete(self, path: str, session: Optional[int] = None, timeout: float = 30.0) -> bool:
+    def delete(
+        self,
+        path: str,
+        session: Optional[int] = None,
+        timeout: float = 30.0,
+        gone: Optional[Callable[[], bool]] = None,
+    ) -> bool:
         """Delete our node (idempotent), unless it belongs to a session other than ``session``.
 
-        Returns False if ``session`` turned out to be gone (the node went with it), else True."""
+        Returns False if ``session`` turned out to be gone (the node went with it), or if ``gone()`` says
+        so while waiting for a connection; else True."""
         deadline = time.monotonic() + timeout
 
         def attempt() -> None:
-            if session is not None and session_id(self.client) not in (None, session):
+            sid = session_id(self.client)
+            if session is not None and sid not in (None, session):
                 raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
-            self.client.delete_async(path).get(timeout=max(0.01, deadline - time.monotonic()))
+            ar = self.client.delete_async(path)  # queued by kazoo until reconnected; dropped if the session ends
+            while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
+                if gone is not None and gone():
+                    raise _SessionGone()
+                if time.monotonic() >= deadline:
+                    break
+            ar.get(timeout=0)  # its result, its error, or kazoo's timeout error
 
         try:
             retry.call(attempt, deadline=deadline, policy=self.policy)

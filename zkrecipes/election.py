@@ -142,9 +142,7 @@ class LeaderElection(Participant):
         (reported by :meth:`_end_term`, as this hold's own listener is now silent)."""
         hold, self._hold = self._hold, None
         if hold is not None:
-            if hold.state != LOST and not self._queue.delete(hold.node, hold.session):
-                hold.mark_lost()
-            hold.close()
+            self._delete_held(hold)
         return hold
 
     def _end_term(self, hold: Optional[Hold]) -> None:

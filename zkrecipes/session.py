@@ -293,8 +293,14 @@ class Hold:
             self._watcher.unsubscribe(self._on_event)
             self._set(LOST)
         elif self.state == LOST:
+            try:
+                self._cleanup(self)
+            except (ConnectionLoss, KazooTimeoutError):
+                log.info("could not remove %s yet (connection lost again)", self.node)
+                return  # the next reconnection tries again
+            except Exception:
+                log.exception("could not remove %s; it goes when the session ends", self.node)
             self._watcher.unsubscribe(self._on_event)
-            self._cleanup(self)
         elif not self.released:
             asked = time.monotonic()
             try:
