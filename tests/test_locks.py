@@ -580,3 +580,19 @@ def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, recipe):
         assert len(lock.contenders()) == 1
     wait_until(lambda: zk.exists("/never") is None, 10, "the parents were reaped")
     assert lock.contenders() == []
+
+
+def test_a_watch_removal_that_loses_the_race_leaves_the_client_working(zk):
+    """The engine removes a watch it no longer needs server-side; if the watch fired meanwhile the server
+    answers NOWATCHER (-121), which kazoo before 2.11 could not decode: its I/O thread died with the
+    connection. The reply must come back as an error and the client must keep working."""
+    from kazoo.exceptions import ZookeeperError
+
+    from zkrecipes._queue import _RemoveWatches
+
+    ar = zk.handler.async_result()
+    zk._call(_RemoveWatches(zk.chroot + "/never-watched", 2), ar)
+    with pytest.raises(ZookeeperError) as info:
+        ar.get(timeout=10)
+    assert info.value.code == -121
+    assert zk.connected and zk.exists("/") is not None

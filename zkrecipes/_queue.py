@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Callable, NamedTuple, Optional
 
+import kazoo.exceptions
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
@@ -72,6 +73,14 @@ class _RemoveWatches(NamedTuple):
     @classmethod
     def deserialize(cls, buf, offset):
         return True
+
+
+if -121 not in kazoo.exceptions.EXCEPTIONS:
+    # kazoo < 2.11 does not know NOWATCHER, the server's reply to a removeWatches whose watch has just
+    # fired; an unknown error code raises in kazoo's I/O thread and kills the connection. Teach it the code.
+    @kazoo.exceptions._zookeeper_exception(-121)
+    class NoWatcherError(kazoo.exceptions.ZookeeperError):
+        """The watch to remove was not there (it had fired)."""
 
 
 _UNUSABLE = (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION)
