@@ -779,3 +779,34 @@ def test_worker_pool_example_runs_as_documented(zk_ensemble, zk_namespace, zk):
     assert lines[-1] == "all 9 jobs done; the store never saw a stale token", proc.stdout
     zk.sync("/")
     assert children(zk, "/reports") == []
+
+
+def test_a_disconnect_right_after_the_read_back_never_abandons_our_node(zk, monkeypatch):
+    """Before leading, a candidate reads its node back and compares the owner with its session. If the
+    connection drops just after that read, the client has no session id for a moment: that must not
+    count as "not ours", or the live node would be left behind, at the head of the queue, blocking
+    everyone until the session ends (found by the safety lab after a ZooKeeper leader kill)."""
+    from zkrecipes import _queue
+
+    blind = {"armed": True, "left": 0}
+    real_exists, real_session_id = zk.exists_async, _queue.session_id
+
+    def exists_async(path, watch=None):
+        if blind["armed"] and path.startswith("/confirm/"):  # the first read-back of our node ...
+            blind["armed"], blind["left"] = False, 1  # ... is followed by a moment without a connection
+        return real_exists(path, watch=watch)
+
+    def session_id(client):
+        if blind["left"]:
+            blind["left"] -= 1
+            return None
+        return real_session_id(client)
+
+    monkeypatch.setattr(zk, "exists_async", exists_async)
+    monkeypatch.setattr(_queue, "session_id", session_id)
+    election = LeaderElection(zk, "/confirm")
+    assert election.campaign(timeout=10)
+    assert not blind["armed"] and blind["left"] == 0  # the disconnect was seen
+    assert children(zk, "/confirm") == [election.node.rsplit("/", 1)[1]]  # one node: ours
+    election.resign()
+    assert children(zk, "/confirm") == []

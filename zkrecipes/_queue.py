@@ -330,11 +330,16 @@ class Queue:
     def _own_nodes(self, waiter: Waiter, name_prefix: str, guid: str, sequence: bool) -> list:
         """Entries of this session's nodes that carry ``guid``, read after a ``sync`` so that a create
         applied late (across a ZooKeeper leader change) is seen."""
-        sid = session_id(self.client)
-        try:
-            waiter.call(lambda: self.client.sync_async(self.path))
-        except NoNodeError:
-            return []
+        while True:
+            try:
+                waiter.call(lambda: self.client.sync_async(self.path))
+            except NoNodeError:
+                return []
+            sid = session_id(self.client)  # after the sync: right after a lost reply we are often between connections
+            if sid is not None:
+                break
+            waiter.check()
+            waiter.wake.wait(0.05)
         if sequence:
             names = [n for n in self.children(waiter) if n.startswith(name_prefix)]
         else:
@@ -497,11 +502,19 @@ class Queue:
         return naming.sort_queue(ahead) if seen else None
 
     def _confirm(self, waiter: Waiter, entry: Entry) -> bool:
-        try:
-            stat = waiter.call(lambda: self.client.exists_async(entry.path))
-        except SessionExpiredError:
-            return False
-        return stat is not None and stat.ephemeralOwner == entry.session == session_id(self.client)
+        """Read our node back: True if it exists and belongs to our current session. A connection that
+        drops right after the read leaves the answer open: ask again once reconnected (the node of a
+        live session must never be abandoned, it would block the queue)."""
+        while True:
+            try:
+                stat = waiter.call(lambda: self.client.exists_async(entry.path))
+            except SessionExpiredError:
+                return False
+            sid = session_id(self.client)
+            if sid is not None:
+                return stat is not None and stat.ephemeralOwner == entry.session == sid
+            waiter.check()
+            waiter.wake.wait(0.05)
 
     def delete(
         self,
