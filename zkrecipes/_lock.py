@@ -19,7 +19,7 @@ from . import _local, naming
 from ._participant import Participant
 from ._queue import Cancelled, DeadlinePassed, Waiter
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
-from .session import HELD, LOST, SUSPENDED, Hold, session_id
+from .session import HELD, LOST, SUSPENDED, Hold
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -61,11 +61,7 @@ class Lock(Participant):
 
     def _make_hold(self, path: str, token: int, session: int) -> Hold:
         hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
-        current = session_id(self.client)
-        if current is None:
-            hold.state = SUSPENDED  # connection dropped while we were being granted
-        elif current != session:
-            hold.mark_lost()  # the session ended before the hold was installed
+        hold.settle()  # the connection may have dropped, or the session ended, while we were granted
         return hold
 
     # -- acquire / release -----------------------------------------------------------------------

@@ -27,7 +27,7 @@ from ._queue import Cancelled, DeadlinePassed, Waiter
 from .errors import LockError, LockLost
 from .fair import predecessor
 from .naming import Contender
-from .session import HELD, LOST, SUSPENDED, Hold, session_id
+from .session import HELD, LOST, SUSPENDED, Hold
 
 log = logging.getLogger("zkrecipes.election")
 
@@ -108,9 +108,7 @@ class LeaderElection(Participant):
                 elif entry is not None:
                     hold = self._hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify,
                                              self._cleanup)
-                    sid = session_id(self.client)
-                    if sid != entry.session:  # the connection dropped, or the session ended, meanwhile
-                        hold.state = SUSPENDED if sid is None else LOST
+                    hold.settle()  # the connection may have dropped, or the session ended, meanwhile
                     hold.add_listener(functools.partial(self._on_hold, hold))
             if withdrawn is not None:
                 self._queue.delete(withdrawn.path, withdrawn.session)

@@ -224,6 +224,21 @@ class Hold:
         for fn in listeners:
             fn(state)
 
+    def settle(self) -> None:
+        """Set the state a new hold starts in from the client's session now: ``held``; ``lost`` if the
+        session has changed; ``suspended`` if the connection is down, and then a reconnection that was
+        told before this hold subscribed is not missed: the dispatcher looks again after it."""
+        sid = session_id(self.client)
+        if sid == self.session:
+            return
+        if sid is not None:
+            self.mark_lost()
+            return
+        with self._lock:
+            if self.state == HELD:
+                self.state = SUSPENDED
+        self._watcher.post(lambda: self._on_event(CONNECTED))
+
     def stale(self) -> bool:
         """True while held but not confirmed since the process stood still (see the module docstring)."""
         return self.state == HELD and self._watcher.stalled_since(self.verified_at)
@@ -289,7 +304,10 @@ class Hold:
             return
         if event != CONNECTED:
             return
-        if session_id(self.client) != self.session:
+        sid = session_id(self.client)
+        if sid is None:
+            return  # dropped again already: the next reconnection decides
+        if sid != self.session:
             self._watcher.unsubscribe(self._on_event)
             self._set(LOST)
         elif self.state == LOST:
