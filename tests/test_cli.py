@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from lockhelpers import children
+from lockhelpers import wait_until as _wait_until
 
 from zkrecipes import naming
 from zkrecipes.testing import Partition
@@ -61,15 +62,8 @@ sys.exit(status)
 
 
 def wait_until(predicate, what: str, timeout: float = DEADLINE):
-    """Poll ``predicate`` until it returns something truthy (returned); fail with ``what`` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
+    """lockhelpers.wait_until with this file's argument order and default deadline."""
+    return _wait_until(predicate, timeout, what, interval=0.02)
 
 
 def no_traceback(stderr: str) -> None:
