@@ -320,3 +320,19 @@ def test_release_cut_off_past_the_session_returns_and_reports_the_loss(zk, zk_fa
     partition.heal()
     rival, rival_release = _hold(zk, "exclusive" if recipe == "exclusive" else "fair", "/gone")
     rival_release()
+
+
+def test_stopping_the_client_while_held_reports_lost_and_leaves_no_thread(zk_factory):
+    from zkrecipes.session import SessionWatcher
+
+    client = zk_factory(timeout=3.0)
+    lock = FairLock(client, "/stop")
+    log = StateLog(lock)
+    assert lock.acquire()
+    thread = SessionWatcher.of(client)._thread
+    assert thread is not None and thread.is_alive()
+    client.stop()  # the session ends with the client; the hold with it
+    log.wait_for("lost", timeout=10)
+    wait_until(lambda: not thread.is_alive(), 10, "the session thread of a stopped client ended")
+    lock.release()  # clears local state, sends nothing
+    assert lock.state == "idle"

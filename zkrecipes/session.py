@@ -148,7 +148,11 @@ class SessionWatcher:
                     log.warning("suspended longer than the session timeout (%.1f s): holds are lost", self._timeout)
                     self._suspended_at = None
                     self._emit(LOST)
+                client = self._client_ref()
                 with self._lock:
+                    if client is None or (client._stopped.is_set() and self._events.empty()):
+                        self._thread = None  # the client is gone or stopped: no event can come (a later
+                        return  # subscribe, after a restart, starts the thread again)
                     if self._subs:
                         idle_since = time.monotonic()
                     elif time.monotonic() - idle_since > 2.0 and self._events.empty():
