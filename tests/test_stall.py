@@ -18,7 +18,7 @@ import textwrap
 import time
 
 import pytest
-from lockhelpers import wait_until
+from lockhelpers import children, wait_until
 
 from zkrecipes import FairLock, LeaderElection
 
@@ -137,4 +137,43 @@ def test_loss_learned_while_releasing_is_still_reported(zk_ensemble, zk_namespac
     seen = tell(proc)
     assert seen["lost"] is True, seen
     assert "lost" in seen["states"] and seen["states"][-1] == "idle", seen
+    assert proc.wait(30) == 0
+
+
+WAITER = textwrap.dedent(
+    """
+    import json, sys
+    from kazoo.client import KazooClient
+    from zkrecipes import FairLock
+
+    zk = KazooClient(hosts=sys.argv[1], timeout=2.0)
+    zk.start(timeout=30)
+    lock = FairLock(zk, "/frozen-waiter")
+    got = lock.acquire(timeout=60)
+    stat = zk.exists(lock.node) if got else None
+    print(json.dumps({"got": got, "ours": stat is not None and stat.ephemeralOwner == zk.client_id[0],
+                      "held": lock.is_held}), flush=True)
+    lock.release()
+    """
+)
+
+
+def test_waiter_frozen_while_granted_never_holds_a_node_of_its_expired_session(
+    zk_ensemble, zk_namespace, zk, children_procs
+):
+    holder = FairLock(zk, "/frozen-waiter")
+    assert holder.acquire()
+    proc = subprocess.Popen([sys.executable, "-c", WAITER, zk_ensemble.hosts + zk_namespace], stdout=subprocess.PIPE,
+                            text=True)
+    children_procs.append(proc)
+    wait_until(lambda: len(children(zk, "/frozen-waiter")) == 2, 20, "the child queued behind the holder")
+    waiting = [n for n in children(zk, "/frozen-waiter") if f"/frozen-waiter/{n}" != holder.node][0]
+    os.kill(proc.pid, signal.SIGSTOP)
+    holder.release()  # the frozen waiter's turn: the deletion news waits in its socket
+    wait_until(lambda: zk.exists(f"/frozen-waiter/{waiting}") is None, 20, "the frozen waiter's session expired")
+    os.kill(proc.pid, signal.SIGCONT)
+    line = proc.stdout.readline()
+    assert line, f"child died (exit {proc.wait(30)})"
+    seen = json.loads(line)
+    assert seen == {"got": True, "ours": True, "held": True}, seen  # queued again with its new session
     assert proc.wait(30) == 0

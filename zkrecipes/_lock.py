@@ -18,8 +18,8 @@ from kazoo.client import KazooClient
 from . import _local, naming
 from ._participant import Participant
 from ._queue import Cancelled, DeadlinePassed, Waiter
-from .errors import LockCancelled, LockError, LockLost, LockTimeout
-from .session import HELD, LOST, SUSPENDED, Hold
+from .errors import LockCancelled, LockError, LockTimeout
+from .session import HELD, LOST, Hold
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -338,12 +338,7 @@ class Lock(Participant):
         hold = self._my_hold()
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")
-        if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
-            raise LockLost(f"hold on {self.path} ({hold.node}) is uncertain: the process stood still, unconfirmed")
-        if hold.state == LOST:
-            raise LockLost(f"hold on {self.path} ({hold.node}) is lost: the session ended")
-        if hold.state == SUSPENDED and not self.tolerate_suspended:
-            raise LockLost(f"hold on {self.path} ({hold.node}) is uncertain: connection suspended")
+        self._check_hold(hold, "hold")
 
     def contenders(self) -> list:
         """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples."""

@@ -12,7 +12,8 @@ from kazoo.security import ACL
 
 from . import naming, retry
 from ._queue import Queue
-from .session import LOST, Hold
+from .errors import LockLost
+from .session import LOST, SUSPENDED, Hold
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -82,9 +83,20 @@ class Participant:
         stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
         return stat is not None and stat.ephemeralOwner == hold.session
 
+    def _check_hold(self, hold: Hold, what: str) -> None:
+        """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
+        confirmed by ZooKeeper if the process stood still since it was last known good."""
+        where = f"{self.path}: {what} ({hold.node})"
+        if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
+            raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
+        if hold.state == LOST:
+            raise LockLost(f"{where} is lost: the session ended")
+        if hold.state == SUSPENDED and not self.tolerate_suspended:
+            raise LockLost(f"{where} is uncertain: connection suspended")
+
     def _cleanup(self, hold: Hold) -> None:
-        """Delete the node of a hold declared lost, or released while disconnected, once its session is
-        back (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
+        """Delete the node of a hold declared lost while its session lived on, once the session is back
+        (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
         if self._verify(hold):
             self._queue.delete(hold.node, hold.session)
 

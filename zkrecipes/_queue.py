@@ -196,7 +196,7 @@ class Waiter:
         self.wake = threading.Event()
         self.deleted: set = set()
         self.deleted_at: Optional[float] = None
-        self.frozen = False
+        self._since = time.monotonic()
         self._watched: Optional[str] = None
         self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
 
@@ -209,15 +209,16 @@ class Waiter:
             self.deleted_at = time.monotonic()
         self.wake.set()
 
-    def _freeze_limit(self) -> float:
-        return self.client._session_timeout / 3000.0
-
     def stale(self) -> bool:
-        """True if a grant now would rest on old news: the process was frozen while waiting (GC pause,
-        SIGSTOP) or the deletion we were told of is older than a third of the session timeout -- the
-        session may have expired meanwhile, so our node must be read back before we hold."""
-        return self.frozen or (
-            self.deleted_at is not None and time.monotonic() - self.deleted_at > self._freeze_limit()
+        """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
+        SIGSTOP; told by the session thread) or the deletion we were told of is older than the stall limit
+        (a third of the session timeout) -- the session may have expired meanwhile, so our node must be
+        read back before we hold. A waiter that never slept is never stale."""
+        s = self._session
+        if s is None:
+            return False
+        return s.stalled_since(self._since) or (
+            self.deleted_at is not None and time.monotonic() - self.deleted_at > s.stall_limit
         )
 
     def remaining(self) -> Optional[float]:
@@ -238,6 +239,18 @@ class Waiter:
             ar.wait(0.2 if rem is None else max(0.0, min(0.2, rem)))
         return ar.get()
 
+    def call_in_session(self, start: Callable[[], object]) -> tuple:
+        """:meth:`call`, then the client's session id: ``(value, session)``. A connection that dropped right
+        after the reply leaves the session unknown for a moment; then ask again once reconnected, never
+        answer with no session (a live node taken for not ours would be abandoned, blocking the queue)."""
+        while True:
+            value = self.call(start)
+            sid = session_id(self.client)
+            if sid is not None:
+                return value, sid
+            self.check()
+            self.wake.wait(0.05)
+
     def call(self, start: Callable[[], object]):
         """Run an idempotent async operation ``start()`` with retries, bounded by the deadline."""
         try:
@@ -256,6 +269,7 @@ class Waiter:
         if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
+            self._since = time.monotonic()
         try:
             _, stat = self.call(lambda: self.client.get_async(path, watch=self._on_watch))
         except NoNodeError:
@@ -272,14 +286,7 @@ class Waiter:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
         if self.nowait:
             raise DeadlinePassed()
-        while True:
-            step = 0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))
-            started = time.monotonic()
-            woke = self.wake.wait(step)
-            if time.monotonic() - started > step + self._freeze_limit():
-                self.frozen = True  # this thread stood still far longer than asked: the process was frozen
-            if woke:
-                break
+        while not self.wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
             self.check()
         self.wake.clear()
         self.check()
@@ -330,16 +337,10 @@ class Queue:
     def _own_nodes(self, waiter: Waiter, name_prefix: str, guid: str, sequence: bool) -> list:
         """Entries of this session's nodes that carry ``guid``, read after a ``sync`` so that a create
         applied late (across a ZooKeeper leader change) is seen."""
-        while True:
-            try:
-                waiter.call(lambda: self.client.sync_async(self.path))
-            except NoNodeError:
-                return []
-            sid = session_id(self.client)  # after the sync: right after a lost reply we are often between connections
-            if sid is not None:
-                break
-            waiter.check()
-            waiter.wake.wait(0.05)
+        try:  # the session id after the sync: right after a lost reply we are often between connections
+            _, sid = waiter.call_in_session(lambda: self.client.sync_async(self.path))
+        except NoNodeError:
+            return []
         if sequence:
             names = [n for n in self.children(waiter) if n.startswith(name_prefix)]
         else:
@@ -505,16 +506,11 @@ class Queue:
         """Read our node back: True if it exists and belongs to our current session. A connection that
         drops right after the read leaves the answer open: ask again once reconnected (the node of a
         live session must never be abandoned, it would block the queue)."""
-        while True:
-            try:
-                stat = waiter.call(lambda: self.client.exists_async(entry.path))
-            except SessionExpiredError:
-                return False
-            sid = session_id(self.client)
-            if sid is not None:
-                return stat is not None and stat.ephemeralOwner == entry.session == sid
-            waiter.check()
-            waiter.wake.wait(0.05)
+        try:
+            stat, sid = waiter.call_in_session(lambda: self.client.exists_async(entry.path))
+        except SessionExpiredError:
+            return False
+        return stat is not None and stat.ephemeralOwner == entry.session == sid
 
     def delete(
         self,

@@ -27,7 +27,7 @@ from ._queue import Cancelled, DeadlinePassed, Waiter
 from .errors import LockError, LockLost
 from .fair import predecessor
 from .naming import Contender
-from .session import HELD, LOST, SUSPENDED, Hold
+from .session import HELD, LOST, Hold
 
 log = logging.getLogger("zkrecipes.election")
 
@@ -226,12 +226,7 @@ class LeaderElection(Participant):
         hold = self._hold
         if hold is None:
             raise LockLost(f"{self.path}: not the leader")
-        if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
-            raise LockLost(f"{self.path}: leadership uncertain ({hold.node}): the process stood still, unconfirmed")
-        if hold.state == LOST:
-            raise LockLost(f"{self.path}: leadership lost ({hold.node}): the session ended")
-        if hold.state == SUSPENDED and not self.tolerate_suspended:
-            raise LockLost(f"{self.path}: leadership uncertain ({hold.node}): connection suspended")
+        self._check_hold(hold, "leadership")
 
     # -- observing ---------------------------------------------------------------------------------
     def contenders(self) -> list:
