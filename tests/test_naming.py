@@ -167,32 +167,63 @@ def test_other_bad_arguments_are_refused(idle_client):
         ("host-R-W-0000000003", "host-R", "W", 3),  # a host label that itself ends in '-R'
         ("x-W-R-0000000003", "x-W", "R", 3),
         ("-W-0000000001", "", "W", 1),
-        ("h-W-12345678901", "h", "W", 12345678901),  # beyond 10 digits
+        ("h-W-2147483647", "h", "W", 2147483647),  # the last sequence before the wrap
+        ("h-W--2147483648", "h", "W", -2147483648),  # ZooKeeper's %010d past 2^31-1: negative
+        ("h-W--000000001", "h", "W", -1),
+        ("a-b-R--1000000000", "a-b", "R", -1000000000),
         ("abc__lock__0000000005", "", "W", 5),  # kazoo's lock nodes block like writers
+        ("abc__lock__-000000005", "", "W", -5),
+        ("_c_abc-lock--2147483648", "", "W", -2147483648),  # Curator's, past the wrap
     ],
 )
 def test_names_parse_from_the_right(name, host, kind, seq):
     assert naming.parse(name) == QueueNode(name, host, kind, seq)
 
 
-@pytest.mark.parametrize("name", ["lock", "host-W-", "host-W-123", "host-W-000000001x", "leader"])
+@pytest.mark.parametrize(
+    "name", ["lock", "host-W-", "host-W-123", "host-W-000000001x", "leader", "h-W-12345678901", "h-W-x00000001"]
+)
 def test_names_without_a_sequence_are_not_queue_nodes(name):
     assert naming.parse(name) is None
 
 
 def test_queue_orders_by_integer_sequence_not_by_string():
     children = [
-        "z-host-W-10000000000",  # 11 digits: after every 10-digit one
-        "a-host-R-9999999999",
+        "a-host-R-1999999999",
         "m-W-0000000002",
-        "b-W-99999999999",
+        "b-W-2000000000",
         "c-R-0000000010",
         "lock",  # not a queue node: dropped
         "d-R-0000000009",
     ]
     order = [n.sequence for n in naming.sort_queue(children)]
-    assert order == [2, 9, 10, 9999999999, 10000000000, 99999999999]
+    assert order == [2, 9, 10, 1999999999, 2000000000]
     assert sorted(children) != [n.name for n in naming.sort_queue(children)]  # string order would be wrong
+
+
+def test_queue_order_survives_the_sequence_wrap():
+    # ZooKeeper's counter is a signed 32-bit int: after 2147483647 come -2147483648, -2147483647, ...
+    # (kazoo #606/#730: sorting those first re-elected forever). Nodes made after the wrap are behind.
+    children = ["h-W--2147483647", "h-R-2147483646", "k__lock__-2147483648", "h-W-2147483647", "h-R--2147483640"]
+    order = [n.name for n in naming.sort_queue(children)]
+    assert order == ["h-R-2147483646", "h-W-2147483647", "k__lock__-2147483648", "h-W--2147483647", "h-R--2147483640"]
+    assert naming.distance(-2147483648, 2147483647) == 1
+    assert naming.distance(2147483647, -2147483648) == -1
+    assert naming.distance(0, -1) == 1 and naming.distance(-1, 0) == -1  # the second crossing, at zero
+    assert naming.distance(7, 3) == 4
+    # any member of the queue works as the reference: the order does not depend on the listing's order
+    for rotated in (children[i:] + children[:i] for i in range(len(children))):
+        assert [n.name for n in naming.sort_queue(rotated)] == order
+
+
+def test_sequence_reads_every_suffix_format_zookeeper_writes():
+    assert naming.sequence("host-W-0000000042") == 42
+    assert naming.sequence("host-W--000000042") == -42
+    assert naming.sequence("host-W--2147483648") == -2147483648
+    assert naming.sequence("uuid__rlock__-000000003") == -3
+    assert naming.sequence("uuid__rlock__0000000003") == 3
+    assert naming.sequence("lock") is None
+    assert naming.sequence("h-W-12345678901") is None  # not ZooKeeper's format (11 digits)
 
 
 def test_node_data_round_trips_and_names_the_contender():

@@ -35,14 +35,18 @@ class Gate:
         return sum(w + r for w, r in self.counts.values())
 
 
-_gates: "weakref.WeakKeyDictionary[KazooClient, dict]" = weakref.WeakKeyDictionary()
+# Gates live while a lock object refers to one or a hold pins it (Hold.pin): a service that locks a
+# million keys keeps only the gates of the locks it has now.
+_gates: "weakref.WeakKeyDictionary[KazooClient, weakref.WeakValueDictionary]" = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 
 
 def gate(client: KazooClient, path: str, family: str) -> Gate:
     """The gate for ``(client, path, family)``, shared by every lock object of this process."""
     with _lock:
-        per_client = _gates.setdefault(client, {})
+        per_client = _gates.get(client)
+        if per_client is None:
+            per_client = _gates[client] = weakref.WeakValueDictionary()
         g = per_client.get((path, family))
         if g is None:
             g = per_client[(path, family)] = Gate()

@@ -61,6 +61,7 @@ class Lock(Participant):
 
     def _make_hold(self, path: str, token: int, session: int) -> Hold:
         hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
+        hold.pin = self._gate  # a held lock's gate outlives its lock objects
         hold.settle()  # the connection may have dropped, or the session ended, while we were granted
         return hold
 
@@ -166,7 +167,8 @@ class Lock(Participant):
             names = self._queue.client.get_children_async(self.path).get(timeout=limit)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        if mine and any(n.kind == naming.WRITE and n.sequence > mine.sequence for n in naming.sort_queue(names)):
+        behind = (n for n in naming.sort_queue(names) if mine and naming.distance(n.sequence, mine.sequence) > 0)
+        if any(n.kind == naming.WRITE for n in behind):
             with g.cond:
                 if g.hold is hold:
                     g.writer_behind = hold

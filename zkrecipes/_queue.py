@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from typing import Callable, NamedTuple, Optional
 
 import kazoo.exceptions
@@ -84,16 +85,17 @@ if -121 not in kazoo.exceptions.EXCEPTIONS:
 
 
 _UNUSABLE = (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION)
-_no_containers: set = set()  # ids of clients whose server rejected container nodes
+_no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server rejected containers
 
 
 def _blocking(start: Callable[[], object]):
     return start().get()
 
 
-def _create_container(client: KazooClient, path: str, acl: list, call: Callable) -> None:
-    """Create ``path`` as a container node, or a persistent node where containers are unsupported."""
-    if id(client) not in _no_containers:
+def _create_parent(client: KazooClient, path: str, acl: list, call: Callable) -> None:
+    """Create ``path`` as a container node (a persistent one where the server has no containers);
+    an existing node is fine. Raises NoNodeError if its own parent is missing."""
+    if client not in _no_containers:
 
         def start():
             ar = client.handler.async_result()
@@ -109,31 +111,34 @@ def _create_container(client: KazooClient, path: str, acl: list, call: Callable)
             raise
         except KazooException as exc:  # UnimplementedError / BadArguments from servers before 3.5
             log.info("server rejected a container node (%r); using persistent parents", exc)
-            _no_containers.add(id(client))
+            _no_containers.add(client)
     try:
         call(lambda: client.create_async(path, b"", acl))
     except NodeExistsError:
         pass
 
 
-def ensure_path(client: KazooClient, path: str, acl: list, call: Callable = _blocking) -> None:
-    """Create ``path`` and its missing ancestors as container nodes with ``acl``.
+def make_parents(client: KazooClient, path: str, acl: list, call: Callable = _blocking) -> None:
+    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl``: deepest
+    first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).
 
     ``call(start)`` runs one async operation (``start()`` returns a kazoo async result) and returns its
     value; the default blocks, a :class:`Waiter` bounds it by a deadline and retries. Raises LockError
     if the client's chroot does not exist (nothing can be created under it).
     """
-    parts = path.strip("/").split("/")
-    for _attempt in range(10):  # an ancestor reaped (container) between our creates: start over
-        if call(lambda: client.exists_async(path)) is not None:
-            return
+    missing = [path]
+    for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
         try:
-            for i in range(1, len(parts) + 1):
-                _create_container(client, "/" + "/".join(parts[:i]), acl, call)
-            return
+            _create_parent(client, missing[-1], acl, call)
         except NoNodeError:
-            if client.chroot and call(lambda: client.exists_async("/")) is None:
+            parent = missing[-1].rsplit("/", 1)[0]
+            if not parent:
                 raise LockError(f"the client's chroot {client.chroot!r} does not exist; create it first") from None
+            missing.append(parent)
+            continue
+        missing.pop()
+        if not missing:
+            return
     raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
 
 
@@ -312,19 +317,11 @@ class Entry(NamedTuple):
 class Queue:
     """Ephemeral-sequential queue under one path; recipes supply only their wait-rule."""
 
-    _ensured: set = set()  # (id(client), path) whose parent this process has created or seen
-
     def __init__(self, client: KazooClient, path: str, acl: Optional[list], policy: Optional[tenacity.Retrying]):
         self.client = client
         self.path = path
         self.acl = acl
         self.policy = policy
-
-    def _ensure_parent(self, waiter: Waiter, force: bool = False) -> None:
-        key = (id(self.client), self.path)
-        if force or key not in Queue._ensured:
-            ensure_path(self.client, self.path, self._acl(), waiter.call)
-            Queue._ensured.add(key)
 
     def _acl(self) -> list:
         from kazoo.security import OPEN_ACL_UNSAFE
@@ -372,23 +369,26 @@ class Queue:
         """
         acl = self._acl()
         replies_lost = False
+        made_parent = False
         while True:
             waiter.check()
-            self._ensure_parent(waiter)
             flags = 3 if sequence else 1  # ephemeral (+ sequential)
             requests = [Create2(self.client.chroot + f"{self.path}/{name}", data, acl, flags)]
-            if listing:
+            if listing and not made_parent:
                 requests.append(GetChildren(self.client.chroot + self.path, None))
             create, *rest = submit(self.client, requests)
             children_ar = rest[0] if rest else None
             try:
                 path, stat = waiter.wait_result(create)
                 path = self.client.unchroot(path)
-            except NoNodeError:  # parent reaped (container) or deleted: create it again
-                self._ensure_parent(waiter, force=True)
+            except NoNodeError:  # a new key, or its parent reaped (container): make it, then create again
+                make_parents(self.client, self.path, acl, waiter.call)
+                made_parent = True
                 continue
             except (DeadlinePassed, Cancelled, KeyboardInterrupt):
                 create.rawlink(_delete_if_created(self.client))
+                raise
+            except ConnectionClosedError:  # the client is stopped or closed: no session will come
                 raise
             except SessionExpiredError:  # kazoo is setting up a new session: give it a moment
                 waiter.wake.wait(0.05)
@@ -420,9 +420,14 @@ class Queue:
             children = None
             if listing:
                 try:
-                    try:
-                        children = waiter.wait_result(children_ar)
-                    except (NoNodeError, SessionExpiredError) + retry.TRANSIENT:
+                    if children_ar is not None:
+                        try:
+                            children = waiter.wait_result(children_ar)
+                        except (NoNodeError, SessionExpiredError) + retry.TRANSIENT:
+                            children = self.children(waiter)
+                    elif entry.node.sequence == 0:
+                        children = []  # the parent's first child ever (its counter was 0): nobody is ahead
+                    else:
                         children = self.children(waiter)
                 except BaseException:  # deadline, cancel, Ctrl-C after our node exists: remove it
                     self.delete(entry.path, entry.session)
@@ -435,9 +440,9 @@ class Queue:
         entry, children = self.create(
             waiter, naming.prefix(host, kind), naming.node_data(identifier, guid, host), guid, True, listing=True
         )
-        mine = entry.node.sequence
+        mine, distance = entry.node.sequence, naming.distance
         seqs = ((c, naming.sequence(c)) for c in children)
-        ahead = naming.sort_queue([c for c, seq in seqs if seq is not None and seq < mine])
+        ahead = naming.sort_queue([c for c, seq in seqs if seq is not None and distance(seq, mine) < 0])
         return entry, ahead
 
     def acquire(
@@ -491,12 +496,15 @@ class Queue:
 
     def _ahead(self, waiter: Waiter, entry: Entry) -> Optional[list]:
         """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-        mine, seen, ahead = entry.node.sequence, False, []
+        mine, seen, ahead, distance = entry.node.sequence, False, [], naming.distance
         for name in self.children(waiter):  # filter before parsing: in a long queue most are behind us
             seq = naming.sequence(name)
-            if seq is None or seq > mine:
+            if seq is None:
                 continue
-            if seq == mine:
+            d = distance(seq, mine)
+            if d > 0:
+                continue
+            if d == 0:
                 seen = True
             else:
                 ahead.append(name)

@@ -18,7 +18,7 @@ from typing import NamedTuple, Optional
 
 READ = "R"
 WRITE = "W"
-_SEQ = re.compile(r"(\d{10,})$")
+_SEQ = re.compile(r"(?<!\d)(\d{9,10})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -106,31 +106,65 @@ def parse(name: str) -> Optional[QueueNode]:
     ``"W"`` with an empty host, so they block like writers instead of being ignored.
     """
     head, sep, tail = name.rpartition("-")
-    if sep and len(tail) >= 10 and tail.isdigit() and tail.isascii() and head[-2:] in ("-R", "-W"):
+    if sep and len(tail) == 10 and tail.isdigit() and tail.isascii() and head[-2:] in ("-R", "-W"):
         return QueueNode(name, head[:-2], head[-1], int(tail))  # fast path: our own names
-    m = _SEQ.search(name)
-    if not m:
+    split = _split(name)
+    if split is None:
         return None
-    seq = int(m.group(1))
-    head = name[: m.start()]
+    head, seq = split
     if head.endswith(("-R-", "-W-")):
         return QueueNode(name, head[:-3], head[-2], seq)
     return QueueNode(name, "", WRITE, seq)
 
 
+def _split(name: str) -> Optional[tuple]:
+    """``(head, sequence)`` of a name ending in ZooKeeper's sequence suffix, or None.
+
+    ZooKeeper appends ``%010d`` of the parent's signed 32-bit child counter: ten digits, or past 2^31-1
+    a minus sign and nine or ten digits (``-2147483648`` .. ``-000000001``). A ``-`` before ten digits
+    is a sign only when the name's own separator (``-`` or ``_``) stands before it.
+    """
+    m = _SEQ.search(name)
+    if m is None:
+        return None
+    start, digits = m.start(), m.group(1)
+    if start > 0 and name[start - 1] == "-" and (len(digits) == 9 or (start > 1 and name[start - 2] in "-_")):
+        return name[: start - 1], -int(digits)
+    if len(digits) < 10:
+        return None
+    return name[:start], int(digits)
+
+
 def sequence(name: str) -> Optional[int]:
     """The integer sequence suffix of a child name (cheaper than :func:`parse`), or None."""
     tail = name[-10:]
-    if tail.isdigit() and tail.isascii():
-        m = _SEQ.search(name) if len(name) > 10 and name[-11].isdigit() else None
-        return int(m.group(1)) if m else int(tail)
-    return None
+    if tail.isdigit() and tail.isascii():  # fast path: ten digits after a separator, not a sign
+        before = name[-11:-10]
+        if (before == "-" and name[-12:-11] not in ("-", "_")) or not (before == "-" or before.isdigit()):
+            return int(tail)
+    split = _split(name)
+    return None if split is None else split[1]
+
+
+_HALF = 1 << 31
+
+
+def distance(seq: int, ref: int) -> int:
+    """``seq - ref`` in queue order, aware of the wrap past 2^31-1 (serial-number arithmetic).
+
+    ZooKeeper's suffix counts child changes in a signed 32-bit int that wraps from 2147483647 to
+    -2147483648, so a node created after the wrap is *behind* one created before it. Compared modulo
+    2^32, the order holds as long as the live nodes of a queue span less than 2^31 sequence numbers.
+    """
+    return ((seq - ref + _HALF) & 0xFFFFFFFF) - _HALF
 
 
 def sort_queue(children: list) -> list:
-    """Parse and order children by integer sequence, dropping names without one."""
+    """Parse and order children by sequence, wrap-aware (see :func:`distance`), dropping names without one."""
     nodes = [n for n in map(parse, children) if n is not None]
-    nodes.sort(key=lambda n: n.sequence)
+    if nodes:
+        ref = nodes[0].sequence
+        nodes.sort(key=lambda n: distance(n.sequence, ref))
     return nodes
 
 

@@ -201,6 +201,7 @@ class Hold:
         self.session = session
         self.state = HELD
         self.released = False
+        self.pin: object = None  # kept alive as long as the hold (a lock's local gate)
         self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
         self._verify = verify
         self._cleanup = cleanup
