@@ -948,14 +948,15 @@ def _micro_costs(client) -> dict:
     """Unprofiled CPU cost (µs per call, best of 5) of pure-Python steps of an acquire+release."""
     import timeit
 
-    from zkrecipes import _queue, naming, retry
+    from zkrecipes import naming, retry
+    from zkrecipes._drive import Driver
     from zkrecipes.session import SessionWatcher
 
     steps = {
         "uuid.uuid4().hex": lambda: uuid.uuid4().hex,
         "naming.node_data (JSON)": lambda: naming.node_data(None, "0" * 32, "benchhost"),
         "retry.call(trivial fn) (tenacity set-up)": lambda: retry.call(lambda: None),
-        "Waiter(...) + close() (session subscribe/unsubscribe)": lambda: _queue.Waiter(
+        "Driver(...) + close() (an uncontended acquire's driver)": lambda: Driver(
             client, None, threading.Event(), None
         ).close(),
         "SessionWatcher subscribe + unsubscribe": lambda: _sub_unsub(SessionWatcher.of(client)),

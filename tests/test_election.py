@@ -437,16 +437,18 @@ def test_cancel_between_terms_is_not_lost(zk_factory):
     assert not e.is_leader and e.contenders() == []
 
 
-def test_resign_while_the_campaign_is_being_won_wins(zk_factory):
+def test_resign_while_the_campaign_is_being_won_wins(zk_factory, monkeypatch):
     (e,) = make_elections(zk_factory, ["r"])
-    queue_acquire = e._queue.acquire
+    from zkrecipes._drive import Driver
 
-    def acquire(*args, **kwargs):
-        entry = queue_acquire(*args, **kwargs)
+    drive = Driver.run
+
+    def run(driver, proto):
+        entry = drive(driver, proto)
         e.resign()  # from "another thread", just as ZooKeeper granted leadership
         return entry
 
-    e._queue.acquire = acquire
+    monkeypatch.setattr(Driver, "run", run)
     won = e.campaign(timeout=10)
     assert not won and not e.is_leader and e.state == "idle", "leader after resign() returned"
     assert e.contenders() == []
@@ -786,10 +788,10 @@ def test_a_disconnect_right_after_the_read_back_never_abandons_our_node(zk, monk
     connection drops just after that read, the client has no session id for a moment: that must not
     count as "not ours", or the live node would be left behind, at the head of the queue, blocking
     everyone until the session ends (found by the safety lab after a ZooKeeper leader kill)."""
-    from zkrecipes import _queue
+    from zkrecipes import _kazoo
 
     blind = {"armed": True, "left": 0}
-    real_exists, real_session_id = zk.exists_async, _queue.session_id
+    real_exists, real_session_id = zk.exists_async, _kazoo.session_id
 
     def exists_async(path, watch=None):
         if blind["armed"] and path.startswith("/confirm/"):  # the first read-back of our node ...
@@ -803,7 +805,7 @@ def test_a_disconnect_right_after_the_read_back_never_abandons_our_node(zk, monk
         return real_session_id(client)
 
     monkeypatch.setattr(zk, "exists_async", exists_async)
-    monkeypatch.setattr(_queue, "session_id", session_id)
+    monkeypatch.setattr(_kazoo, "session_id", session_id)
     election = LeaderElection(zk, "/confirm")
     assert election.campaign(timeout=10)
     assert not blind["armed"] and blind["left"] == 0  # the disconnect was seen

@@ -19,8 +19,8 @@ from kazoo.protocol.states import EventType
 from kazoo.security import make_digest_acl
 from lockhelpers import Acquirer, assert_no_watch, children, full_path, server_watches, wait_until
 
-from zkrecipes import ExclusiveLock, FairLock, LockCancelled, LockError, LockTimeout, ReadWriteLock, _queue
-from zkrecipes._queue import Waiter
+from zkrecipes import ExclusiveLock, FairLock, LockCancelled, LockError, LockTimeout, ReadWriteLock, _kazoo
+from zkrecipes._drive import Driver
 
 RECIPES = {
     "fair": FairLock,
@@ -168,7 +168,7 @@ class WatchCounter:
     def __init__(self, monkeypatch) -> None:
         self.events: dict = {}
         self._lock = threading.Lock()
-        original = Waiter._on_watch
+        original = Driver._on_watch
         counter = self
 
         def counting(waiter, event) -> None:
@@ -177,7 +177,7 @@ class WatchCounter:
                     counter.events.setdefault(id(waiter.client), []).append(event)
             original(waiter, event)
 
-        monkeypatch.setattr(Waiter, "_on_watch", counting)
+        monkeypatch.setattr(Driver, "_on_watch", counting)
 
     def count(self, client) -> int:
         with self._lock:
@@ -367,7 +367,7 @@ def test_interrupt_while_waiting_leaves_no_node_and_no_watch(zk, zk_factory, zk_
     def interrupted(self) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Waiter, "sleep", interrupted)
+    monkeypatch.setattr(Driver, "_sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         lock.acquire(timeout=10)
     monkeypatch.undo()
@@ -488,7 +488,7 @@ def test_acl_applies_to_lock_nodes_and_parents(zk, zk_factory):
 def lose_next_create_reply(client, monkeypatch) -> list:
     """The next create ``client`` sends really happens, but the lock is told ConnectionLoss (its reply was
     lost). Returns a list that receives the path the server created (or the error it answered)."""
-    real_submit = _queue.submit
+    real_submit = _kazoo.submit
     outcome: list = []
 
     def lossy(c, requests):
@@ -505,7 +505,7 @@ def lose_next_create_reply(client, monkeypatch) -> list:
             results[0] = lost
         return results
 
-    monkeypatch.setattr(_queue, "submit", lossy)
+    monkeypatch.setattr(_kazoo, "submit", lossy)
     return outcome
 
 
@@ -590,10 +590,10 @@ def test_a_watch_removal_that_loses_the_race_leaves_the_client_working(zk):
     connection. The reply must come back as an error and the client must keep working."""
     from kazoo.exceptions import ZookeeperError
 
-    from zkrecipes._queue import _RemoveWatches
+    from zkrecipes._kazoo import RemoveWatches
 
     ar = zk.handler.async_result()
-    zk._call(_RemoveWatches(zk.chroot + "/never-watched", 2), ar)
+    zk._call(RemoveWatches(zk.chroot + "/never-watched", 2), ar)
     with pytest.raises(ZookeeperError) as info:
         ar.get(timeout=10)
     assert info.value.code == -121

@@ -14,7 +14,7 @@ from kazoo.exceptions import ConnectionClosedError
 from lockhelpers import children, wait_until
 from test_locks import record_requests
 
-from zkrecipes import ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, _local
+from zkrecipes import ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, _gate
 
 RECIPES = {
     "fair": FairLock,
@@ -50,7 +50,7 @@ def test_dropped_lock_objects_leave_no_local_state_behind(zk):
             e.resign()
     growth = zkrecipes_objects() - before
     assert growth <= 20, f"{growth} zkrecipes objects left after {keys} dropped keys"
-    assert len(_local._gates.get(zk) or {}) <= 8  # only gates a live lock object still refers to
+    assert len(_gate._gates.get(zk) or {}) <= 8  # only gates a live lock object still refers to
 
 
 def test_a_held_lock_keeps_its_gate_after_its_object_is_dropped(zk):
@@ -107,7 +107,7 @@ def test_a_new_key_under_an_existing_parent_costs_five_requests(zk, monkeypatch,
         cycle(zk, RECIPES[recipe], "/orders/42")
     # the optimistic create and its pipelined listing fail (NoNode); one container; our node, which is
     # the parent's first child (sequence 0), so no listing; on release one delete
-    expect = ["Create2", "GetChildren", "_CreateContainer", "Create2"]
+    expect = ["Create2", "GetChildren", "CreateContainer", "Create2"]
     assert sent[:4] == expect
     assert sent[4:] == (["Exists", "Delete"] if recipe == "election" else ["Delete"])
 
@@ -116,7 +116,7 @@ def test_a_new_key_for_an_exclusive_lock_costs_four_requests(zk, monkeypatch):
     zk.ensure_path("/orders")
     sent = record_requests(zk, monkeypatch)
     cycle(zk, ExclusiveLock, "/orders/7")
-    assert sent == ["Create2", "_CreateContainer", "Create2", "Delete"]
+    assert sent == ["Create2", "CreateContainer", "Create2", "Delete"]
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
@@ -132,8 +132,8 @@ def test_missing_ancestors_are_made_deepest_first_climbing_only_as_needed(zk, mo
     zk.ensure_path("/a")
     sent = record_requests(zk, monkeypatch)
     cycle(zk, FairLock, "/a/b/c/d")
-    made = [r for r in sent if r == "_CreateContainer"]
-    assert made == ["_CreateContainer"] * 5  # d (NoNode), c (NoNode), b, then c and d again
+    made = [r for r in sent if r == "CreateContainer"]
+    assert made == ["CreateContainer"] * 5  # d (NoNode), c (NoNode), b, then c and d again
     assert zk.exists("/a/b/c/d") is not None
 
 

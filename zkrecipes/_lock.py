@@ -1,7 +1,8 @@
 """The public lock API shared by every recipe: acquire/release, state, listeners, check, fencing token.
 
-Recipes subclass :class:`Lock` and implement ``_zk_acquire(waiter) -> Hold``;
-the local gate, reentrancy, deadlines, cancel and session-state reporting live here once.
+A recipe declares its node kind (``_kind``), its wait-rule (``_rule``) and, if it is not a queue, its
+protocol (``_protocol``); the local gate (:mod:`zkrecipes._gate`), deadlines, cancel and session-state
+reporting live here once, and the waiting loop once in :mod:`zkrecipes._protocol`.
 """
 
 from __future__ import annotations
@@ -10,25 +11,32 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Iterator, Optional
+from typing import Iterator, List, Literal, Optional, Set
 
-import tenacity
-from kazoo.client import KazooClient
-
-from . import _local, naming
+from . import _gate, _kazoo, _protocol, naming
+from ._drive import Driver
+from ._gate import Entered, Gate
 from ._participant import Participant
-from ._queue import Cancelled, DeadlinePassed, Waiter
+from ._protocol import Cancelled, DeadlinePassed, Entry, Proto
 from .errors import LockCancelled, LockError, LockTimeout
+from .naming import QueueNode
 from .session import HELD, LOST, Hold
 
 log = logging.getLogger("zkrecipes.lock")
 
-IDLE = "idle"
-WAITING = "waiting"
-_W, _R = 0, 1
-_HAVE, _QUEUE = "have", "queue"
+LockState = Literal["idle", "waiting", "held", "suspended", "lost"]
+IDLE: LockState = "idle"
+WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 
+
+def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any."""
+    return ahead[-1] if ahead else None
+
+
+def _joinable(hold: Optional[Hold]) -> bool:
+    return hold is not None and hold.state == HELD
 
 
 class Lock(Participant):
@@ -37,35 +45,22 @@ class Lock(Participant):
     _kind = naming.WRITE
     _family = "queue"
 
-    def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        identifier: Optional[str] = None,
-        *,
-        host: Optional[str] = None,
-        acl: Optional[list] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-    ) -> None:
-        super().__init__(
-            client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended
-        )
-        self._gate = _local.gate(client, self.path, self._family)
+    def _setup(self) -> None:
+        self._gate: Gate = _gate.gate(self.client, self.path, self._family)
         self._cancel = threading.Event()
-        self._waiters: set = set()
+        self._drivers: Set[Driver] = set()
 
-    # -- recipe hooks ----------------------------------------------------------------------------
-    def _zk_acquire(self, waiter: Waiter) -> Hold:  # pragma: no cover - abstract
-        raise NotImplementedError
+    # -- what a recipe declares ----------------------------------------------------------------------
+    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+        return predecessor(ahead, me)
 
-    def _make_hold(self, path: str, token: int, session: int) -> Hold:
-        hold = Hold(self.client, path, token, session, self._verify, self._cleanup)
-        hold.pin = self._gate  # a held lock's gate outlives its lock objects
-        hold.settle()  # the connection may have dropped, or the session ended, while we were granted
-        return hold
+    def _protocol(self) -> Proto[Entry]:
+        guid = naming.new_guid()
+        data = naming.node_data(self.identifier, guid, self.host)
+        prefix = naming.prefix(self.host, self._kind)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule)
 
-    # -- acquire / release -----------------------------------------------------------------------
+    # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Acquire the lock; return True once held.
 
@@ -81,74 +76,18 @@ class Lock(Participant):
             raise ValueError("can't specify a timeout for a non-blocking call")
         if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")
             blocking, timeout = False, None
-        start = time.monotonic()
-        deadline = None if timeout is None else start + timeout
-        entered = self._enter_gate(blocking, deadline)
-        if entered != _QUEUE:
-            return entered == _HAVE
-        return self._acquire_zk(blocking, deadline)
-
-    def _enter_gate(self, blocking: bool, deadline: Optional[float]) -> Optional[str]:
-        """Take the local gate: _HAVE if the calling thread now holds (reentrant or shared), _QUEUE if
-        it must queue in ZooKeeper (``gate.busy`` is then ours), None on a miss, timeout or cancel."""
-        g, tid, kind = self._gate, threading.get_ident(), self._kind
+        deadline = None if timeout is None else time.monotonic() + timeout
+        me = threading.get_ident()
         self._cancel.clear()
-        if kind == naming.READ:
+        if self._kind == naming.READ:
             self._look_for_writers(deadline)
-        with g.cond:
-            try:
-                return self._gate_loop(g, tid, kind, blocking, deadline)
-            finally:
-                if tid in g.line:  # leave the local line however we leave (granted, miss, error)
-                    g.line.remove(tid)
-                    g.cond.notify_all()
-
-    def _gate_loop(
-        self, g: _local.Gate, tid: int, kind: str, blocking: bool, deadline: Optional[float]
-    ) -> Optional[str]:
-        while True:
-            c = g.counts.get(tid)
-            if kind == naming.WRITE:
-                if g.writer == tid:
-                    c[_W] += 1
-                    self._attach(g.hold)
-                    return _HAVE
-                if c and c[_R]:
-                    raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
-                if g.hold is None and not g.busy and (not g.line or g.line[0] == tid):
-                    break
-            else:
-                if c:  # reentrant read, or read under our own write lock (downgrade)
-                    c[_R] += 1
-                    self._attach(g.hold)
-                    return _HAVE
-                if (
-                    g.mode == naming.READ
-                    and g.hold.state == HELD
-                    and not g.waiting_writers
-                    and g.writer_behind is not g.hold
-                ):
-                    g.counts[tid] = [0, 1]
-                    self._attach(g.hold)
-                    return _HAVE
-                if g.hold is None and not g.busy and (not g.line or g.line[0] == tid):
-                    break
-            if self._cancel.is_set():
-                return None
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if not blocking or (remaining is not None and remaining <= 0):
-                return None
-            if tid not in g.line:
-                g.line.append(tid)  # threads queue for the gate in arrival order
-            if kind == naming.WRITE:
-                g.waiting_writers += 1
-            try:
-                g.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
-            finally:
-                if kind == naming.WRITE:
-                    g.waiting_writers -= 1
-        g.busy = True
-        return _QUEUE
+        entered = self._gate.enter(me, self._kind, blocking, deadline, self._cancel.is_set, _joinable)
+        if entered is Entered.HAVE:
+            self._attach(self._gate.hold)
+            return True
+        if entered is None:
+            return False
+        return self._acquire_zk(me, blocking, deadline)
 
     def _look_for_writers(self, deadline: Optional[float]) -> None:
         """Before a thread joins this process's read hold: is a writer queued behind our node? Joining
@@ -160,42 +99,36 @@ class Lock(Participant):
             if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
                 return
         mine = naming.parse(hold.node.rsplit("/", 1)[1])
-        limit = self.client._session_timeout / 1000.0
+        limit = _kazoo.session_timeout(self.client)
         if deadline is not None:
             limit = max(0.0, min(limit, deadline - time.monotonic()))
         try:
-            names = self._queue.client.get_children_async(self.path).get(timeout=limit)
+            names = self.client.get_children_async(self.path).get(timeout=limit)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        behind = (n for n in naming.sort_queue(names) if mine and naming.distance(n.sequence, mine.sequence) > 0)
+        if mine is None:
+            return
+        behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
         if any(n.kind == naming.WRITE for n in behind):
             with g.cond:
                 if g.hold is hold:
                     g.writer_behind = hold
 
-    def _acquire_zk(self, blocking: bool, deadline: Optional[float]) -> bool:
-        g, tid = self._gate, threading.get_ident()
+    def _acquire_zk(self, me: int, blocking: bool, deadline: Optional[float]) -> bool:
         self.lost.clear()
         self._set_state(WAITING)
         ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
-        waiter = Waiter(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking)
-        self._waiters.add(waiter)
+        driver = Driver(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking)
+        self._drivers.add(driver)
         hold = None
         try:
-            hold = self._zk_acquire(waiter)
+            entry = driver.run(self._protocol())
+            hold = self._make_hold(entry, pin=self._gate)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
-            waiter.close()
-            self._waiters.discard(waiter)
-            with g.cond:
-                g.busy = False
-                if hold is not None:
-                    g.hold, g.mode = hold, self._kind
-                    g.counts[tid] = [1, 0] if self._kind == naming.WRITE else [0, 1]
-                    if self._kind == naming.WRITE:
-                        g.writer = tid
-                g.cond.notify_all()
+            self._drivers.discard(driver)
+            self._gate.granted(me, self._kind, hold)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
@@ -212,58 +145,32 @@ class Lock(Participant):
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
-        g, tid = self._gate, threading.get_ident()
-        side = _W if self._kind == naming.WRITE else _R
-        with g.cond:
-            c = g.counts.get(tid)
-            if not c or not c[side]:
-                kind = "write" if side == _W else "read"
-                raise LockError(f"{self.path}: release of a {kind} lock the calling thread does not hold")
-            c[side] -= 1
-            if side == _W and not c[_W]:
-                g.writer = None
-            if c == [0, 0]:
-                del g.counts[tid]
-            downgraded: list = []
-            if g.counts:
-                if g.writer is None:
-                    g.mode = naming.READ  # downgrade: our write node stays until the reads are released
-                    downgraded = [o for o in g.objects if o._kind == naming.WRITE]
-                    g.objects.difference_update(downgraded)
-                g.cond.notify_all()
-                kept = g.hold
-            else:
-                kept = None
-                hold, objects = g.hold, g.objects
-                g.hold, g.mode, g.objects, g.busy = None, None, set(), True
-        if kept is not None:
-            for obj in downgraded:  # the write side is no longer held: "idle", no token, no node
-                obj._detach(kept)
+        left = self._gate.leave(threading.get_ident(), self._kind)
+        if not left.last:
+            for obj in left.downgraded:  # the write side is no longer held: "idle", no token, no node
+                obj._detach(left.hold)
             return
         try:
-            self._delete_held(hold)  # a session found gone is reported as lost, even this late
+            self._delete_held(left.hold)  # a session found gone is reported as lost, even this late
         finally:
-            with g.cond:
-                g.busy = False
-                g.cond.notify_all()
-            for obj in objects:
-                obj._detach(hold)
+            self._gate.released()
+            for obj in left.objects:
+                obj._detach(left.hold)
 
     def cancel(self) -> None:
         """Make pending acquires of this lock object return False (``with``/``hold()`` raise
         :class:`LockCancelled`); their nodes are deleted. Safe to call from any thread."""
         self._cancel.set()
-        for w in list(self._waiters):
-            w.wake.set()
-        with self._gate.cond:
-            self._gate.cond.notify_all()
+        for d in list(self._drivers):
+            d.wake.set()
+        self._gate.wake_all()
 
-    # -- context managers --------------------------------------------------------------------------
+    # -- context managers ----------------------------------------------------------------------------
     def __enter__(self) -> "Lock":
         self._acquire_or_raise(None)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()
 
     @contextlib.contextmanager
@@ -281,7 +188,7 @@ class Lock(Participant):
                 raise LockCancelled(f"acquire of {self.path} was cancelled")
             raise LockTimeout(f"could not acquire {self.path} within {timeout} s")
 
-    # -- state -------------------------------------------------------------------------------------
+    # -- state ---------------------------------------------------------------------------------------
     def _attach(self, hold: Hold) -> None:
         with self._gate.cond:
             if self in self._gate.objects:
@@ -300,16 +207,13 @@ class Lock(Participant):
         self._set_state(state)
 
     @property
-    def state(self) -> str:
+    def state(self) -> LockState:
         """``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
-        return self._state
+        return self._state  # type: ignore[return-value]
 
     def _my_hold(self) -> Optional[Hold]:
-        g = self._gate
-        with g.cond:
-            c = g.counts.get(threading.get_ident())
-            side = _W if self._kind == naming.WRITE else _R
-            return g.hold if c and c[side] else None
+        hold: Optional[Hold] = self._gate.held_by(threading.get_ident(), self._kind)
+        return hold
 
     @property
     def is_held(self) -> bool:
@@ -341,10 +245,6 @@ class Lock(Participant):
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")
         self._check_hold(hold, "hold")
-
-    def contenders(self) -> list:
-        """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples."""
-        return self._queue.contenders()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"

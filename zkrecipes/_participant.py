@@ -1,25 +1,30 @@
-"""What every lock and election holds: validated settings, its queue, and the checks on its own node."""
+"""What every lock and election shares: validated settings, states and listeners, and one hold lifecycle
+(make, verify, check, release, clean up after a loss)."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.security import ACL
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import naming, retry
-from ._queue import Queue
+from . import _drive, _kazoo, naming
+from . import retry as _retry  # the keyword argument is called retry
+from ._protocol import Entry, owns
 from .errors import LockLost
+from .naming import Contender
 from .session import LOST, SUSPENDED, Hold
 
 log = logging.getLogger("zkrecipes.lock")
 
+Listener = Callable[[Any, str], None]
+
 
 class Participant:
-    """Validates the shared constructor arguments (before any ZooKeeper call) and owns the queue."""
+    """Validates the shared constructor arguments (before any ZooKeeper call) and follows its holds."""
 
     def __init__(
         self,
@@ -28,7 +33,7 @@ class Participant:
         identifier: Optional[str] = None,
         *,
         host: Optional[str] = None,
-        acl: Optional[list] = None,
+        acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
     ) -> None:
@@ -42,16 +47,21 @@ class Participant:
         if not isinstance(tolerate_suspended, bool):
             raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
         self.client = client
-        self.acl = list(acl) if acl else None
-        self.retry = _validate_retry(retry)
+        self.acl: Optional[List[ACL]] = list(acl) if acl else None
+        self._acl: List[ACL] = list(acl) if acl else list(OPEN_ACL_UNSAFE)  # applied to every node we make
+        self.retry: Optional[tenacity.Retrying] = _retry.validate_policy(retry)
         self.tolerate_suspended = tolerate_suspended
         # threading.Event set when the hold (or leadership) is lost; cleared by a new acquire/campaign
         self.lost = threading.Event()
-        self._queue = Queue(client, self.path, self.acl, self.retry)
         self._state = "idle"
         self._state_lock = threading.Lock()
-        self._listeners: list = []
+        self._listeners: List[Listener] = []
+        self._setup()
 
+    def _setup(self) -> None:
+        """What a recipe adds to a new object (after validation, before any ZooKeeper call)."""
+
+    # -- states and listeners ------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
         with self._state_lock:
@@ -65,23 +75,31 @@ class Participant:
             except Exception:
                 log.exception("listener %r of %s failed", fn, self.path)
 
-    def add_listener(self, fn: Callable[[Any, str], None]) -> None:
+    def add_listener(self, fn: Listener) -> None:
         """Call ``fn(self, state)`` on every state change (never on kazoo's threads; keep it short)."""
         if not callable(fn):
             raise TypeError(f"listener must be callable, got {fn!r}")
         with self._state_lock:
             self._listeners.append(fn)
 
-    def remove_listener(self, fn: Callable[[Any, str], None]) -> None:
+    def remove_listener(self, fn: Listener) -> None:
         """Stop calling ``fn``; unknown functions are ignored."""
         with self._state_lock:
             if fn in self._listeners:
                 self._listeners.remove(fn)
 
+    # -- the hold lifecycle --------------------------------------------------------------------------
+    def _make_hold(self, entry: Entry, pin: object = None) -> Hold:
+        """Follow our granted node; ``pin`` lives as long as the hold (a lock's local gate)."""
+        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup)
+        hold.pin = pin
+        hold.settle()  # the connection may have dropped, or the session ended, while we were granted
+        return hold
+
     def _verify(self, hold: Hold) -> bool:
         """Our node still exists and belongs to the hold's session."""
-        stat = self.client.exists_async(hold.node).get(timeout=self.client._session_timeout / 1000.0)
-        return stat is not None and stat.ephemeralOwner == hold.session
+        stat = self.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(self.client))
+        return owns(stat, hold.session)
 
     def _check_hold(self, hold: Hold, what: str) -> None:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
@@ -98,7 +116,7 @@ class Participant:
         """Delete the node of a hold declared lost while its session lived on, once the session is back
         (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
         if self._verify(hold):
-            self._queue.delete(hold.node, hold.session)
+            _drive.delete(self.client, hold.node, hold.session, self.retry)
 
     def _delete_held(self, hold: Hold) -> None:
         """Release ``hold``: delete its node and stop following it. Without a connection, wait for one
@@ -106,13 +124,15 @@ class Participant:
         a session found gone marks the hold lost, so its owner is told even this late. A lost hold's
         node, if its session lives on after all, is deleted when the client reconnects."""
         try:
-            if hold.state != LOST and not self._queue.delete(
-                hold.node, hold.session, gone=lambda: hold.state == LOST
+            if hold.state != LOST and not _drive.delete(
+                self.client, hold.node, hold.session, self.retry, gone=lambda: hold.state == LOST
             ):
                 hold.mark_lost()
         finally:
             hold.close()
 
+    def contenders(self) -> List[Contender]:
+        """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples (``[]`` if the
+        path does not exist). Connection errors are raised, not hidden."""
+        return _drive.contenders(self.client, self.path)
 
-def _validate_retry(policy: object) -> Optional[tenacity.Retrying]:
-    return retry.validate_policy(policy)

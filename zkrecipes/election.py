@@ -15,27 +15,26 @@ import functools
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, List, Literal, Optional, TypeVar
 
-import tenacity
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
-from . import naming, retry
+from . import _drive, _protocol, naming, retry
+from ._drive import Driver
+from ._lock import predecessor
 from ._participant import Participant
-from ._queue import Cancelled, DeadlinePassed, Waiter
+from ._protocol import Cancelled, DeadlinePassed
 from .errors import LockError, LockLost
-from .fair import predecessor
 from .naming import Contender
 from .session import HELD, LOST, Hold
 
 log = logging.getLogger("zkrecipes.election")
 
-IDLE = "idle"
-CANDIDATE = "candidate"
-LEADER = "leader"
-
-
+ElectionState = Literal["idle", "candidate", "leader", "suspended", "lost"]
+IDLE: ElectionState = "idle"
+CANDIDATE: ElectionState = "candidate"
+LEADER: ElectionState = "leader"
+R = TypeVar("R")
 
 class LeaderElection(Participant):
     """Leader election among the candidates of ``path``; at most one leader at a time.
@@ -49,23 +48,10 @@ class LeaderElection(Participant):
     Unlike a lock, :meth:`resign` and :meth:`cancel` may be called from any thread.
     """
 
-    def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        identifier: Optional[str] = None,
-        *,
-        host: Optional[str] = None,
-        acl: Optional[list] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-    ) -> None:
-        super().__init__(
-            client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended
-        )
+    def _setup(self) -> None:
         self._lock = threading.Lock()
         self._hold: Optional[Hold] = None
-        self._waiter: Optional[Waiter] = None
+        self._driver: Optional[Driver] = None
         self._cancel = threading.Event()
         self._notify = threading.RLock()
 
@@ -86,37 +72,37 @@ class LeaderElection(Participant):
         with self._lock:
             if self._hold is not None and self._hold.state != LOST:
                 return True
-            if self._waiter is not None:
+            if self._driver is not None:
                 raise LockError(f"{self.path}: another thread is already campaigning with this election")
             self._drop_hold()
             if fresh:
                 self._cancel.clear()
             self.lost.clear()
-            waiter = self._waiter = Waiter(self.client, deadline, self._cancel, self.retry)
+            driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry)
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
+        guid = naming.new_guid()
+        data = naming.node_data(self.identifier, guid, self.host)
+        prefix = naming.prefix(self.host, naming.WRITE)
         try:
-            entry = self._queue.acquire(waiter, self.host, naming.WRITE, self.identifier, predecessor, confirm=True)
+            entry = driver.run(_protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True))
         except (DeadlinePassed, Cancelled):
             pass
         finally:
-            waiter.close()
             with self._lock:
-                self._waiter = None
+                self._driver = None
                 if entry is not None and self._cancel.is_set():
                     withdrawn = entry  # cancel()/resign() came as we were granted: they win
                 elif entry is not None:
-                    hold = self._hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify,
-                                             self._cleanup)
-                    hold.settle()  # the connection may have dropped, or the session ended, meanwhile
+                    hold = self._hold = self._make_hold(entry)
                     hold.add_listener(functools.partial(self._on_hold, hold))
             if withdrawn is not None:
-                self._queue.delete(withdrawn.path, withdrawn.session)
+                _drive.delete(self.client, withdrawn.path, withdrawn.session, self.retry)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
             return False
-        log.info("%s: leader as %s (token %d)", self.path, entry.path, entry.token)
+        log.info("%s: leader as %s (token %d)", self.path, hold.node, hold.token)
         self._on_hold(hold)
         return True
 
@@ -131,9 +117,9 @@ class LeaderElection(Participant):
     def cancel(self) -> None:
         """Stop a pending :meth:`campaign` (it returns False); leadership already held is kept."""
         self._cancel.set()
-        waiter = self._waiter
-        if waiter is not None:
-            waiter.wake.set()
+        driver = self._driver
+        if driver is not None:
+            driver.wake.set()
 
     def _drop_hold(self) -> Optional[Hold]:
         """Forget the current term, deleting its node; a session found gone meanwhile marks it lost
@@ -151,7 +137,7 @@ class LeaderElection(Participant):
             self._set_state(LOST)
         self._set_state(IDLE)
 
-    def run(self, func: Callable[..., Any], *args: Any, requeue: bool = False, **kwargs: Any) -> Any:
+    def run(self, func: Callable[..., R], *args: Any, requeue: bool = False, **kwargs: Any) -> Optional[R]:
         """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
 
         Returns what ``func`` returned. With ``requeue=True`` campaign again after each term (a worker
@@ -197,9 +183,9 @@ class LeaderElection(Participant):
             super()._set_state(state)
 
     @property
-    def state(self) -> str:
+    def state(self) -> ElectionState:
         """``"idle"``, ``"candidate"``, ``"leader"``, ``"suspended"`` or ``"lost"``."""
-        return self._state
+        return self._state  # type: ignore[return-value]
 
     @property
     def is_leader(self) -> bool:
@@ -229,12 +215,10 @@ class LeaderElection(Participant):
         self._check_hold(hold, "leadership")
 
     # -- observing ---------------------------------------------------------------------------------
-    def contenders(self) -> list:
-        """Candidates in queue order (the first is the leader)."""
-        try:
-            return self._queue.contenders()
-        except NoNodeError:
-            return []
+    def contenders(self) -> List[Contender]:
+        """Candidates in queue order (the first is the leader); ``[]`` if nobody campaigns. Connection
+        errors are raised, not hidden."""
+        return _drive.contenders(self.client, self.path)
 
     def leader(self) -> Optional[Contender]:
         """Who leads now (readable by anyone, candidate or not), or None."""
@@ -308,5 +292,3 @@ class LeaderWatch:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
-
-_retry = retry

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from kazoo.exceptions import NodeExistsError, SessionExpiredError
+from typing import List
 
-from . import naming
+from kazoo.exceptions import NoNodeError
+
+from . import _protocol, naming
 from ._lock import Lock
-from ._queue import Waiter
-from .session import Hold, session_id
+from ._protocol import Entry, Proto
+from .naming import Contender
 
 NODE = "lock"
 
@@ -23,34 +25,16 @@ class ExclusiveLock(Lock):
 
     _family = "exclusive"
 
-    def _zk_acquire(self, waiter: Waiter) -> Hold:
+    def _protocol(self) -> Proto[Entry]:
         guid = naming.new_guid()
-        data = naming.node_data(self.identifier, guid, self.host)
-        path = f"{self.path}/{NODE}"
-        while True:
-            try:
-                entry, _ = self._queue.create(waiter, NODE, data, guid, sequence=False)
-                return self._make_hold(entry.path, entry.token, entry.session)
-            except NodeExistsError:
-                pass
-            try:
-                stat = waiter.watch(path)
-            except SessionExpiredError:
-                continue
-            if stat is None:
-                continue
-            if stat.ephemeralOwner == session_id(self.client):  # a lost create reply of ours?
-                entry = self._queue._find_own(waiter, NODE, guid, sequence=False)
-                if entry is not None:
-                    waiter.unwatch()
-                    return self._make_hold(entry.path, entry.token, entry.session)
-            waiter.sleep()
+        return _protocol.race(self.path, self._acl, NODE, naming.node_data(self.identifier, guid, self.host), guid)
 
-    def contenders(self) -> list:
-        """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""
+    def contenders(self) -> List[Contender]:
+        """The holder alone (waiters leave no node in this recipe): [] or [Contender]. Connection errors
+        are raised, not hidden."""
         try:
             data, stat = self.client.get(f"{self.path}/{NODE}")
-        except Exception:
+        except NoNodeError:
             return []
         node = naming.QueueNode(NODE, naming.read_data(data).get("host") or "", naming.WRITE, stat.czxid)
         return [naming.contender(node, data)]

@@ -2,18 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 from . import naming
-from ._lock import Lock
-from ._queue import Waiter
-from .naming import QueueNode
-from .session import Hold
+from ._lock import Lock, predecessor
 
-
-def predecessor(ahead: list, me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any."""
-    return ahead[-1] if ahead else None
+__all__ = ["FairLock", "predecessor"]
 
 
 class FairLock(Lock):
@@ -35,11 +27,4 @@ class FairLock(Lock):
     told. ``token`` is the czxid of our node: pass it to whatever you write and reject lower tokens.
     """
 
-    _kind = naming.WRITE
-
-    def _rule(self, ahead: list, me: QueueNode) -> Optional[QueueNode]:
-        return predecessor(ahead, me)
-
-    def _zk_acquire(self, waiter: Waiter) -> Hold:
-        entry = self._queue.acquire(waiter, self.host, self._kind, self.identifier, self._rule)
-        return self._make_hold(entry.path, entry.token, entry.session)
+    _kind = naming.WRITE  # wait-rule: predecessor (the Lock default)

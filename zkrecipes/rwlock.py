@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, List, Optional
 
 from kazoo.client import KazooClient
 
 from . import naming
-from .fair import FairLock, predecessor
-from .naming import QueueNode
+from .fair import FairLock
+from .naming import Contender, QueueNode
 
 
-def nearest_writer(ahead: list, me: QueueNode) -> Optional[QueueNode]:
+def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
     """Wait-rule of readers: blocked by the nearest ``W`` node ahead, if any."""
     for node in reversed(ahead):
         if node.kind == naming.WRITE:
@@ -31,17 +31,14 @@ class ReadLock(FairLock):
 
     _kind = naming.READ
 
-    def _rule(self, ahead: list, me: QueueNode) -> Optional[QueueNode]:
+    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         return nearest_writer(ahead, me)
 
 
 class WriteLock(FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
-    _kind = naming.WRITE
-
-    def _rule(self, ahead: list, me: QueueNode) -> Optional[QueueNode]:
-        return predecessor(ahead, me)
+    _kind = naming.WRITE  # wait-rule: predecessor, as FairLock
 
 
 class ReadWriteLock:
@@ -56,7 +53,7 @@ class ReadWriteLock:
     both sides.
     """
 
-    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs) -> None:
+    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
         self._read = ReadLock(client, path, identifier, **kwargs)
         self._write = WriteLock(client, path, identifier, **kwargs)
         self.path = self._read.path
@@ -69,7 +66,7 @@ class ReadWriteLock:
         """The exclusive (write) side; the same object on every call."""
         return self._write
 
-    def contenders(self) -> list:
+    def contenders(self) -> List[Contender]:
         """Every reader and writer in queue order."""
         return self._read.contenders()
 

@@ -32,6 +32,8 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
+from ._kazoo import is_stopped, session_id, session_timeout
+
 log = logging.getLogger("zkrecipes.session")
 
 SUSPENDED = "suspended"
@@ -41,12 +43,6 @@ STALLED = "stalled"  # the process stood still: holds must be confirmed before t
 _TICK = 0.5  # the dispatcher wakes at least this often
 
 Subscriber = Callable[[str], None]
-
-
-def session_id(client: KazooClient) -> Optional[int]:
-    """The client's current session id, or None while it has none."""
-    cid = client.client_id
-    return cid[0] if cid and client.connected else None
 
 
 class SessionWatcher:
@@ -71,7 +67,7 @@ class SessionWatcher:
         self._events: "queue.Queue[tuple[str, Optional[int]]]" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._suspended_at: Optional[float] = None
-        self._timeout = client._session_timeout / 1000.0
+        self._timeout = session_timeout(client)
         self.stall_limit = self._timeout / 3.0  # an overrun longer than this counts as a stall
         self.stalled_at = 0.0  # monotonic time the last stall was noticed
         self._wake_by: Optional[float] = None  # while the dispatcher waits: when it should wake at the latest
@@ -150,7 +146,7 @@ class SessionWatcher:
                     self._emit(LOST)
                 client = self._client_ref()
                 with self._lock:
-                    if client is None or (client._stopped.is_set() and self._events.empty()):
+                    if client is None or (is_stopped(client) and self._events.empty()):
                         self._thread = None  # the client is gone or stopped: no event can come (a later
                         return  # subscribe, after a restart, starts the thread again)
                     if self._subs:

@@ -1,0 +1,370 @@
+"""The blocking driver: runs a :mod:`~zkrecipes._protocol` generator on the calling thread.
+
+Requests go out through kazoo's async API (the create and its listing pipelined by the seam); the
+thread waits on their results and on one ``threading.Event`` that watch notifications, session events
+and ``cancel()`` set. Everything but cleanup is bounded by the acquire's deadline; idempotent reads are
+retried on transient errors (tenacity, :mod:`zkrecipes.retry`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.exceptions import (
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
+from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.security import ACL
+
+from . import _kazoo, naming, retry
+from ._protocol import (
+    PAUSE,
+    SESSION,
+    SLEEP,
+    STALE,
+    UNWATCH,
+    Cancelled,
+    DeadlinePassed,
+    Delete,
+    MakeParents,
+    Proto,
+    Read,
+    Send,
+    T,
+    Watch,
+)
+from .errors import LockError
+from .naming import Contender
+from .session import SessionWatcher
+
+log = logging.getLogger("zkrecipes.engine")
+
+_no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server has no containers
+
+
+class Driver:
+    """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        deadline: Optional[float],
+        cancel: threading.Event,
+        policy: Optional[tenacity.Retrying],
+        nowait: bool = False,
+    ) -> None:
+        self.client = client
+        self.nowait = nowait
+        self.deadline = deadline
+        self.cancel = cancel
+        self.policy = policy
+        self.wake = threading.Event()
+        self._deleted: Set[str] = set()
+        self._deleted_at: Optional[float] = None
+        self._since = time.monotonic()
+        self._watched: Optional[str] = None
+        self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
+        self._ops: Dict[type, Callable[[Any], Any]] = {
+            Send: self._send,
+            Read: self._read,
+            MakeParents: self._make_parents,
+            Watch: self._watch,
+            Delete: self._delete,
+        }
+
+    def run(self, proto: Proto[T]) -> T:
+        """Drive ``proto`` to its end: its return value, or its exception (after its cleanup ran)."""
+        send: Any = None
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                try:
+                    op = proto.throw(error) if error is not None else proto.send(send)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                send, error = None, None
+                try:
+                    send = self._do(op)
+                except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the protocol cleans up
+                    error = exc
+        finally:
+            self.close()
+
+    def _do(self, op: Any) -> Any:
+        handler = self._ops.get(type(op))
+        if handler is not None:
+            return handler(op)
+        if op is SESSION:
+            return _kazoo.session_id(self.client)
+        if op is SLEEP:
+            self._sleep()
+            return self._watched is not None and self._watched in self._deleted
+        if op is STALE:
+            return self._stale()
+        if op is PAUSE:
+            self.check()
+            self.wake.wait(0.05)
+            return None
+        if op is UNWATCH:
+            self.unwatch()
+            return None
+        raise TypeError(f"unknown protocol request {op!r}")
+
+    # -- the requests -------------------------------------------------------------------------------
+    def _send(self, op: Send) -> tuple:
+        self.check()
+        create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
+        try:
+            self._wait_ready(create)
+            if listing is not None:
+                self._wait_ready(listing)
+        except BaseException:
+            create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
+            raise
+        return _outcome(create), (None if listing is None else _outcome(listing))
+
+    def _read(self, op: Read) -> Any:
+        c = self.client
+        start = {
+            "children": lambda: c.get_children_async(op.path),
+            "get": lambda: c.get_async(op.path),
+            "exists": lambda: c.exists_async(op.path),
+            "sync": lambda: c.sync_async(op.path),
+        }[op.kind]
+        return self.call(start)
+
+    def _make_parents(self, op: MakeParents) -> None:
+        make_parents(self.client, op.path, op.acl, self.call)
+
+    def _watch(self, op: Watch) -> Any:
+        """Set our (single) data watch; a ``get`` rather than ``exists``: on a missing node it leaves no
+        watch behind to remove."""
+        self.unwatch()
+        self.wake.clear()
+        if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
+            self._session = SessionWatcher.of(self.client)
+            self._session.subscribe(self._on_session)
+            self._since = time.monotonic()
+        try:
+            _, stat = self.call(lambda: self.client.get_async(op.path, watch=self._on_watch))
+        except NoNodeError:
+            return None
+        self._watched = op.path
+        return stat
+
+    def _delete(self, op: Delete) -> bool:
+        return delete(self.client, op.path, op.session, self.policy)
+
+    # -- waiting ------------------------------------------------------------------------------------
+    def _on_session(self, event: str) -> None:
+        self.wake.set()
+
+    def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only record and wake
+        if event.type == EventType.DELETED:
+            self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
+            self._deleted_at = time.monotonic()
+        self.wake.set()
+
+    def _stale(self) -> bool:
+        """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
+        SIGSTOP; told by the session thread) or the deletion we were told of is older than the stall limit
+        (a third of the session timeout) -- the session may have expired meanwhile, so our node must be
+        read back before we hold. A waiter that never slept is never stale."""
+        s = self._session
+        if s is None:
+            return False
+        return s.stalled_since(self._since) or (
+            self._deleted_at is not None and time.monotonic() - self._deleted_at > s.stall_limit
+        )
+
+    def remaining(self) -> Optional[float]:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def check(self) -> None:
+        """Raise Cancelled or DeadlinePassed if the acquire must stop."""
+        if self.cancel.is_set():
+            raise Cancelled()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise DeadlinePassed()
+
+    def _wait_ready(self, ar: _kazoo.AsyncResult) -> None:
+        """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel."""
+        while not ar.ready():
+            self.check()
+            rem = self.remaining()
+            ar.wait(0.2 if rem is None else max(0.0, min(0.2, rem)))
+
+    def wait_result(self, ar: _kazoo.AsyncResult) -> Any:
+        """Wait for a kazoo async result (see :meth:`_wait_ready`); its value, or its error raised."""
+        self._wait_ready(ar)
+        return ar.get()
+
+    def call(self, start: Callable[[], _kazoo.AsyncResult]) -> Any:
+        """Run an idempotent async operation ``start()`` with retries, bounded by the deadline."""
+        try:
+            return retry.call(lambda: self.wait_result(start()), deadline=self.deadline, policy=self.policy)
+        except retry.TRANSIENT:
+            self.check()
+            raise
+
+    def _sleep(self) -> None:
+        """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
+        self.check()
+        if self.nowait:
+            raise DeadlinePassed()
+        while not self.wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
+            self.check()
+        self.wake.clear()
+        self.check()
+
+    def unwatch(self) -> None:
+        if self._watched is not None:
+            _kazoo.remove_data_watch(self.client, self._watched, self._on_watch)
+            self._watched = None
+
+    def close(self) -> None:
+        self.unwatch()
+        if self._session is not None:
+            self._session.unsubscribe(self._on_session)
+            self._session = None
+
+
+def _outcome(ar: _kazoo.AsyncResult) -> Any:
+    """A ready result's value, or its exception as a value."""
+    try:
+        return ar.get(block=False)
+    except Exception as exc:
+        return exc
+
+
+def _delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], None]:
+    """A callback for a create abandoned mid-flight: if it succeeds after all, delete the node."""
+
+    def cb(ar: _kazoo.AsyncResult) -> None:
+        try:
+            result = ar.get(block=False)
+        except Exception:
+            return
+        made = result[0] if isinstance(result, tuple) else result
+        client.delete_async(made[len(client.chroot):] if client.chroot else made)  # the reply carries the chroot
+
+    return cb
+
+
+def _blocking(start: Callable[[], _kazoo.AsyncResult]) -> Any:
+    return start().get()
+
+
+def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any]) -> None:
+    """Create ``path`` as a container node (a persistent one where the server has no containers);
+    an existing node is fine. Raises NoNodeError if its own parent is missing."""
+    if client not in _no_containers:
+        try:
+            call(lambda: _kazoo.create_container(client, path, acl))
+            return
+        except NodeExistsError:
+            return
+        except (NoNodeError, NoAuthError, SessionExpiredError) + retry.TRANSIENT:
+            raise
+        except KazooException as exc:  # UnimplementedError / BadArguments from servers before 3.5
+            log.info("server rejected a container node (%r); using persistent parents", exc)
+            _no_containers.add(client)
+    try:
+        call(lambda: client.create_async(path, b"", list(acl)))
+    except NodeExistsError:
+        pass
+
+
+def make_parents(
+    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking
+) -> None:
+    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl``: deepest
+    first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).
+
+    ``call(start)`` runs one async operation and returns its value; the default blocks, a
+    :class:`Driver` bounds it by a deadline and retries. Raises LockError if the client's chroot does
+    not exist (nothing can be created under it).
+    """
+    missing = [path]
+    for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
+        try:
+            _create_parent(client, missing[-1], acl, call)
+        except NoNodeError:
+            parent = missing[-1].rsplit("/", 1)[0]
+            if not parent:
+                raise LockError(f"the client's chroot {client.chroot!r} does not exist; create it first") from None
+            missing.append(parent)
+            continue
+        missing.pop()
+        if not missing:
+            return
+    raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
+
+
+class _SessionGone(Exception):
+    """The session that owned a node has ended."""
+
+
+def delete(
+    client: KazooClient,
+    path: str,
+    session: Optional[int] = None,
+    policy: Optional[tenacity.Retrying] = None,
+    timeout: float = 30.0,
+    gone: Optional[Callable[[], bool]] = None,
+) -> bool:
+    """Delete our node (idempotent), unless it belongs to a session other than ``session``.
+
+    Returns False if ``session`` turned out to be gone (the node went with it), or if ``gone()`` says so
+    while waiting for a connection; else True."""
+    deadline = time.monotonic() + timeout
+
+    def attempt() -> None:
+        sid = _kazoo.session_id(client)
+        if session is not None and sid not in (None, session):
+            raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
+        ar = client.delete_async(path)  # queued by kazoo until reconnected; dropped if the session ends
+        while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
+            if gone is not None and gone():
+                raise _SessionGone()
+            if time.monotonic() >= deadline:
+                break
+        ar.get(timeout=0)  # its result, its error, or kazoo's timeout error
+
+    try:
+        retry.call(attempt, deadline=deadline, policy=policy)
+    except NoNodeError:
+        pass
+    except (SessionExpiredError, _SessionGone):
+        return False
+    except Exception:
+        log.exception("could not delete %s; it goes when the session ends", path)
+    return True
+
+
+def contenders(client: KazooClient, path: str) -> List[Contender]:
+    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined).
+    [] if the path does not exist; connection errors propagate."""
+    try:
+        nodes = naming.sort_queue(client.get_children(path))
+    except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
+        return []
+    pending = [client.get_async(f"{path}/{n.name}") for n in nodes]
+    out = []
+    for n, ar in zip(nodes, pending):
+        try:
+            data, _ = ar.get()
+        except NoNodeError:
+            continue
+        out.append(naming.contender(n, data))
+    return out

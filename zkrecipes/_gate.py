@@ -1,0 +1,214 @@
+"""The in-process gate under every lock, one per (client, path, family).
+
+Owners of one process (threads; tasks for an asyncio front) share one ZooKeeper hold per gate: one
+writer (reentrant, counted) or any number of readers behind a single ``R`` node. Only one owner at a
+time queues a node for a gate, so a process never competes with itself in ZooKeeper, and owners queue
+for the gate in arrival order. A writer queued behind our read node (``writer_behind``) stops further
+local readers from joining it, so steady local reads cannot starve that writer. A writer may take the
+read side too (downgrade); a reader asking for the write side gets LockError (it would deadlock).
+
+The decisions (:meth:`Gate.try_enter`, :meth:`Gate.granted`, :meth:`Gate.leave`) need no ZooKeeper
+and no waiting; :meth:`Gate.enter` is the blocking (threads) form.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Set
+
+from kazoo.client import KazooClient
+
+from .errors import LockError
+from .naming import READ, WRITE
+
+Owner = Hashable  # a thread ident, or an asyncio task
+
+
+class Entered(enum.Enum):
+    """What :meth:`Gate.try_enter` decided."""
+
+    HAVE = "have"  # the owner holds now: reentrant, a local reader joining, or a downgrade
+    QUEUE = "queue"  # the owner must queue in ZooKeeper; the gate is busy until :meth:`Gate.granted`
+    WAIT = "wait"  # another owner holds or queues: wait for a change
+
+
+@dataclass
+class Counts:
+    """How many levels of each side one owner holds."""
+
+    write: int = 0
+    read: int = 0
+
+    def side(self, kind: str) -> int:
+        return self.write if kind == WRITE else self.read
+
+
+class Left(NamedTuple):
+    """What :meth:`Gate.leave` leaves to do: delete the hold's node (``last``), or detach objects of a
+    side that is no longer held (``downgraded``)."""
+
+    last: bool
+    hold: Any
+    objects: List[Any]
+    downgraded: List[Any]
+
+
+@dataclass(eq=False)
+class Gate:
+    """Local state of one (client, path, family): who holds what, and the shared hold."""
+
+    path: str
+    cond: threading.Condition = field(default_factory=threading.Condition)
+    hold: Any = None  # the session.Hold shared by the local holders
+    mode: Optional[str] = None  # READ or WRITE while held
+    busy: bool = False  # an owner is talking to ZooKeeper for this gate (acquire or final release)
+    writer: Optional[Owner] = None  # the owner of the write side
+    counts: Dict[Owner, Counts] = field(default_factory=dict)
+    waiting_writers: int = 0
+    line: Deque[Owner] = field(default_factory=collections.deque)  # owners waiting, in arrival order
+    objects: Set[Any] = field(default_factory=set)  # lock objects attached to the current hold
+    writer_behind: Any = None  # the hold behind whose node a writer was seen queued
+
+    # -- decisions (call with ``cond`` held) ---------------------------------------------------------
+    def try_enter(self, me: Owner, kind: str, hold_is_good: Callable[[Any], bool]) -> Entered:
+        """Decide for ``me`` asking for side ``kind``; records HAVE and QUEUE at once. ``hold_is_good(hold)``
+        says whether a local reader may still join the current hold (it is held, not suspended)."""
+        c = self.counts.get(me)
+        if kind == WRITE:
+            if self.writer == me and c is not None:
+                c.write += 1
+                return Entered.HAVE
+            if c is not None and c.read:
+                raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
+        else:
+            if c is not None:  # reentrant read, or read under our own write lock (downgrade)
+                c.read += 1
+                return Entered.HAVE
+            if (
+                self.mode == READ
+                and hold_is_good(self.hold)
+                and not self.waiting_writers
+                and self.writer_behind is not self.hold
+            ):
+                self.counts[me] = Counts(read=1)
+                return Entered.HAVE
+        if self.hold is None and not self.busy and (not self.line or self.line[0] == me):
+            self.busy = True
+            return Entered.QUEUE
+        return Entered.WAIT
+
+    def granted(self, me: Owner, kind: str, hold: Any) -> None:
+        """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold``, or None (miss, timeout, error)."""
+        with self.cond:
+            self.busy = False
+            if hold is not None:
+                self.hold, self.mode = hold, kind
+                self.counts[me] = Counts(write=1) if kind == WRITE else Counts(read=1)
+                if kind == WRITE:
+                    self.writer = me
+            self.cond.notify_all()
+
+    def leave(self, me: Owner, kind: str) -> Left:
+        """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
+        busy (``last``): the caller deletes the node, then calls :meth:`released`."""
+        with self.cond:
+            c = self.counts.get(me)
+            if c is None or not c.side(kind):
+                what = "write" if kind == WRITE else "read"
+                raise LockError(f"{self.path}: release of a {what} lock the caller does not hold")
+            if kind == WRITE:
+                c.write -= 1
+                if not c.write:
+                    self.writer = None
+            else:
+                c.read -= 1
+            if not c.write and not c.read:
+                del self.counts[me]
+            if self.counts:
+                downgraded: List[Any] = []
+                if self.writer is None and self.mode == WRITE:
+                    self.mode = READ  # downgrade: our write node stays until the reads are released
+                    downgraded = [o for o in self.objects if getattr(o, "_kind", None) == WRITE]
+                    self.objects.difference_update(downgraded)
+                self.cond.notify_all()
+                return Left(False, self.hold, [], downgraded)
+            hold, objects = self.hold, list(self.objects)
+            self.hold, self.mode, self.objects, self.busy = None, None, set(), True
+            return Left(True, hold, objects, [])
+
+    def released(self) -> None:
+        """The final release's ZooKeeper part is over."""
+        with self.cond:
+            self.busy = False
+            self.cond.notify_all()
+
+    def held_by(self, me: Owner, kind: str) -> Any:
+        """The hold if ``me`` holds side ``kind``, else None."""
+        with self.cond:
+            c = self.counts.get(me)
+            return self.hold if c is not None and c.side(kind) else None
+
+    # -- the blocking form ---------------------------------------------------------------------------
+    def enter(
+        self,
+        me: Owner,
+        kind: str,
+        blocking: bool,
+        deadline: Optional[float],
+        cancelled: Callable[[], bool],
+        hold_is_good: Callable[[Any], bool],
+    ) -> Optional[Entered]:
+        """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel."""
+        with self.cond:
+            try:
+                while True:
+                    got = self.try_enter(me, kind, hold_is_good)
+                    if got is not Entered.WAIT:
+                        return got
+                    if cancelled():
+                        return None
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if not blocking or (remaining is not None and remaining <= 0):
+                        return None
+                    if me not in self.line:
+                        self.line.append(me)  # owners queue for the gate in arrival order
+                    if kind == WRITE:
+                        self.waiting_writers += 1
+                    try:
+                        self.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
+                    finally:
+                        if kind == WRITE:
+                            self.waiting_writers -= 1
+            finally:
+                if me in self.line:  # leave the line however we leave (granted, miss, error)
+                    self.line.remove(me)
+                    self.cond.notify_all()
+
+    def wake_all(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+
+# Gates live while a lock object refers to one or a hold pins it (Hold.pin): a service that locks a
+# million keys keeps only the gates of the locks it has now.
+_gates: "weakref.WeakKeyDictionary[KazooClient, weakref.WeakValueDictionary[tuple, Gate]]" = (
+    weakref.WeakKeyDictionary()
+)
+_lock = threading.Lock()
+
+
+def gate(client: KazooClient, path: str, family: str) -> Gate:
+    """The gate for ``(client, path, family)``, shared by every lock object of this process."""
+    with _lock:
+        per_client = _gates.get(client)
+        if per_client is None:
+            per_client = _gates[client] = weakref.WeakValueDictionary()
+        g = per_client.get((path, family))
+        if g is None:
+            g = per_client[(path, family)] = Gate(path)
+        return g

@@ -1,0 +1,143 @@
+"""The one seam to kazoo: every touch of its private state, and the wire requests it does not expose.
+
+Each function names what it relies on; all were checked against kazoo 2.9.0 (the oldest supported) and
+2.11.0 (the newest), and ``tests/test_kazoo_seam.py`` runs each on the installed kazoo.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+
+import kazoo.exceptions
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError
+from kazoo.protocol.serialization import Create2, GetChildren, int_struct, write_string
+from kazoo.protocol.states import KeeperState
+from kazoo.security import ACL
+
+AsyncResult = Any  # kazoo's IAsyncResult of the client's handler (untyped in kazoo)
+Request = Any  # a kazoo serialization request (Create2, GetChildren, ...)
+
+_UNUSABLE = (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION)
+
+
+class CreateContainer(Create2):  # type: ignore[misc]  # kazoo's requests are untyped NamedTuples
+    """createContainer (opcode 19, ZooKeeper >= 3.5); its reply is path + stat, like create2."""
+
+    type = 19
+
+
+class RemoveWatches(NamedTuple):
+    """removeWatches (opcode 18, ZooKeeper >= 3.5): drop our watch server-side."""
+
+    path: str
+    watcher_type: int  # 1 children, 2 data, 3 any
+    type = 18
+
+    def serialize(self) -> bytearray:
+        b = bytearray()
+        b.extend(write_string(self.path))
+        b.extend(int_struct.pack(self.watcher_type))
+        return b
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> bool:
+        return True
+
+
+def register_nowatcher() -> None:
+    """Teach kazoo < 2.11 the server's NOWATCHER (-121) error: the reply to a removeWatches whose watch
+    has just fired. An unknown code raises in kazoo's I/O thread and kills the connection.
+    Relies on ``kazoo.exceptions.EXCEPTIONS`` and ``_zookeeper_exception`` (2.9.0-2.11.0)."""
+    if -121 in kazoo.exceptions.EXCEPTIONS:
+        return
+
+    @kazoo.exceptions._zookeeper_exception(-121)
+    class NoWatcherError(kazoo.exceptions.ZookeeperError):  # type: ignore[misc]
+        """The watch to remove was not there (it had fired)."""
+
+
+register_nowatcher()
+
+
+def session_id(client: KazooClient) -> Optional[int]:
+    """The client's current session id, or None while it has none (public ``client_id``/``connected``)."""
+    cid = client.client_id
+    return int(cid[0]) if cid and client.connected else None
+
+
+def session_timeout(client: KazooClient) -> float:
+    """The session timeout the client asked for, in seconds (kazoo keeps no negotiated one).
+    Relies on ``KazooClient._session_timeout`` (ms; 2.9.0-2.11.0)."""
+    return float(client._session_timeout) / 1000.0
+
+
+def is_stopped(client: KazooClient) -> bool:
+    """True once ``client.stop()`` was called (``KazooClient._stopped``, an Event; 2.9.0-2.11.0)."""
+    return bool(client._stopped.is_set())
+
+
+def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult]:
+    """Queue ``requests`` back to back on the session and wake kazoo's connection thread once.
+
+    ZooKeeper answers a session's requests in order, so a create and a get_children sent together cost
+    one round trip; kazoo's ``_call`` wakes its I/O thread once per request (a thread switch each on a
+    small machine). Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and ``_call``
+    (2.9.0-2.11.0); paths must already carry the chroot.
+    """
+    results = [client.handler.async_result() for _ in requests]
+    conn = getattr(client, "_connection", None)
+    write_sock = getattr(conn, "_write_sock", None)
+    if client._state in _UNUSABLE or write_sock is None:
+        for req, ar in zip(requests, results):
+            client._call(req, ar)  # sets the right exception
+        return results
+    for pair in zip(requests, results):
+        client._queue.append(pair)
+    try:
+        write_sock.send(b"\0" * len(requests))  # the I/O thread sends one request per byte
+    except OSError:
+        for ar in results:
+            if not ar.ready():
+                ar.set_exception(ConnectionClosedError("Connection has been closed"))
+    return results
+
+
+def create_and_list(
+    client: KazooClient, path: str, data: bytes, acl: Sequence[ACL], flags: int, parent: Optional[str]
+) -> Tuple[AsyncResult, Optional[AsyncResult]]:
+    """Create ``path`` (create2: the reply has the stat) and, if ``parent`` is given, list its children in
+    the same round trip."""
+    requests: List[Request] = [Create2(client.chroot + path, data, list(acl), flags)]
+    if parent is not None:
+        requests.append(GetChildren(client.chroot + parent, None))
+    results = submit(client, requests)
+    return results[0], (results[1] if parent is not None else None)
+
+
+def create_container(client: KazooClient, path: str, acl: Sequence[ACL]) -> AsyncResult:
+    """Send createContainer for ``path`` (``_call``; 2.9.0-2.11.0)."""
+    ar = client.handler.async_result()
+    client._call(CreateContainer(client.chroot + path, b"", list(acl), 4), ar)
+    return ar
+
+
+def remove_data_watch(client: KazooClient, path: str, fn: Callable[..., Any]) -> None:
+    """Forget our data watch ``fn`` on ``path`` client-side, and server-side if no other remains.
+    Relies on ``_data_watchers`` (a dict of sets keyed by chrooted path) and ``_call`` (2.9.0-2.11.0)."""
+    full = client.chroot + path
+    watchers = client._data_watchers.get(full)
+    if watchers is None or fn not in watchers:
+        return
+    watchers.discard(fn)
+    if watchers:
+        return
+    client._data_watchers.pop(full, None)
+    if client.connected:
+        ar = client.handler.async_result()
+        client._call(RemoveWatches(full, 2), ar)  # result ignored: the watch may have just fired
+
+
+def data_watchers(client: KazooClient, path: str) -> frozenset:  # type: ignore[type-arg]
+    """The data watch functions kazoo keeps for ``path`` (``_data_watchers``; 2.9.0-2.11.0)."""
+    return frozenset(client._data_watchers.get(client.chroot + path, ()))
