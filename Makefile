@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test lint docs bench safety clean
+.PHONY: setup demo unit test lint docs bench safety clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -11,9 +11,14 @@ setup:
 demo: setup
 	$(PY) -m zkrecipes.cli demo
 
+# the ZooKeeper-free tests (rules, names, gate, protocol driven by scripted replies): seconds
+unit: setup
+	$(PY) -m pytest -p no:cacheprovider -q tests/unit
+
 test: setup
 	$(PY) -m ruff check zkrecipes tests bench
-	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) tests
+	$(PY) -m pytest -p no:cacheprovider -q tests/unit
+	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
 	$(MAKE) --no-print-directory docs
 
 docs: setup
@@ -23,6 +28,7 @@ bench: export EXTRAS = test,docs,bench
 bench: setup
 	@bash bench/setup.sh
 	$(PY) bench/run.py
+	$(PY) bench/per_key.py
 
 safety: setup
 	@bash scripts/safety-setup.sh

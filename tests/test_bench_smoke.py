@@ -105,3 +105,26 @@ def test_bench_smoke(zk_ensemble, tmp_path):
         assert "No plot: matplotlib is not installed" in md
     else:
         assert (out / "latest.png").stat().st_size > 0
+
+
+def test_per_key_bench_smoke(zk_ensemble, tmp_path):
+    """bench/per_key.py (issue 10) runs each contender in its own process and reports every row."""
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "per_key.py"), "--smoke", "--hosts", zk_ensemble.hosts,
+         "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads((out / "per_key.json").read_text())
+    rows = res["rows"]
+    assert set(rows) == {"zkrecipes FairLock", "kazoo Lock", "raw create+delete"}
+    fair = rows["zkrecipes FairLock"]
+    assert fair["requests_new_key"] <= 5 and fair["requests_hot_key"] == 3  # the issue's request budget
+    assert fair["live_object_growth"] <= 10  # nothing per dropped key stays alive
+    for r in rows.values():
+        assert all(v > 0 for v in r["throughput"].values())
+    assert "ratio to raw" in (out / "per_key.md").read_text()

@@ -149,6 +149,8 @@ def acquire(
                     ahead = listed
             except SessionExpiredError:
                 entry = None
+    except GeneratorExit:  # closed by its driver: it may not ask for anything more
+        raise
     except BaseException:
         if entry is not None:
             yield Delete(entry.path, entry.session)
@@ -235,6 +237,8 @@ def create(
                 continue
             try:
                 return entry, ((yield Read("children", parent)) if listing else None)
+            except GeneratorExit:
+                raise
             except BaseException:
                 yield Delete(entry.path, entry.session)
                 raise
@@ -263,6 +267,8 @@ def create(
                     raise listed
                 else:
                     children = listed
+        except GeneratorExit:
+            raise
         except BaseException:  # deadline, cancel, Ctrl-C after our node exists: remove it
             yield Delete(entry.path, entry.session)
             raise

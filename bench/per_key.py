@@ -1,0 +1,258 @@
+"""Per-key benchmark (issue 10): one lock per key in a long-running service, on one client.
+
+    python bench/per_key.py                 # make bench: 3 local servers, forceSync=no, about two minutes
+    python bench/per_key.py --smoke --hosts H   # tiny sizes against a running ensemble (tests)
+
+Measures, zkrecipes FairLock and kazoo Lock side by side, each contender in its own process (a fresh
+interpreter, so live objects and RSS are its own), one after the other and repeated:
+- memory: live zkrecipes objects and RSS after N distinct keys, each locked once by a fresh lock object
+  that is then dropped;
+- wire requests per acquire+release on a new key (its parent exists) and on a hot key;
+- throughput of 32 threads on one client over 1k and 100k key spaces, against raw create+delete
+  (ephemeral-sequential under the key, parent made on NoNode) from the same threads.
+Writes ``per_key.json`` and ``per_key.md`` to ``--out`` (default ``bench/results``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+if __package__ in (None, ""):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from kazoo.client import KazooClient  # noqa: E402
+
+from bench import harness  # noqa: E402
+
+IMPLS = ("zkrecipes FairLock", "kazoo Lock", "raw create+delete")
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _zk_objects() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o).__module__.startswith("zkrecipes"))
+
+
+def _factory(impl: str, client: KazooClient):
+    """op(path): one acquire+release of ``impl`` on a fresh lock object for ``path``."""
+    if impl == IMPLS[0]:
+        from zkrecipes import FairLock
+
+        def op(path: str) -> None:
+            lock = FairLock(client, path)
+            lock.acquire()
+            lock.release()
+
+    elif impl == IMPLS[1]:
+        from kazoo.recipe.lock import Lock
+
+        def op(path: str) -> None:
+            lock = Lock(client, path)
+            lock.acquire()
+            lock.release()
+
+    else:
+
+        def op(path: str) -> None:
+            made = client.create(path + "/n-", b"", ephemeral=True, sequence=True, makepath=True)
+            client.delete(made)
+
+    return op
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """One contender, in its own process: every measure for ``args.impl``."""
+    client = KazooClient(hosts=args.hosts, timeout=10.0)
+    client.start(30)
+    counters = harness.Counters()
+    harness.instrument(client, counters)
+    op = _factory(args.impl, client)
+    base = f"{args.root}/{uuid.uuid4().hex[:8]}"
+    client.ensure_path(base + "/mem")
+    out: dict = {"impl": args.impl}
+    # wire requests: new key under an existing parent, then the same key hot
+    op(base + "/mem/warm")
+    before = counters.snapshot()
+    op(base + "/mem/new-key")
+    req, _ = harness.delta(before, counters.snapshot())
+    out["requests_new_key"] = sum(req.values())
+    out["requests_new_key_by_type"] = req
+    before = counters.snapshot()
+    for _ in range(10):
+        op(base + "/mem/new-key")
+    req, _ = harness.delta(before, counters.snapshot())
+    out["requests_hot_key"] = sum(req.values()) / 10
+    # memory after N dropped keys (threads, so that it takes seconds, not minutes)
+    objs0, rss0 = _zk_objects(), _rss_kib()
+    _threads(args.threads, lambda i, n: op(f"{base}/mem/k{n}"), count=args.keys)
+    out["dropped_keys"] = args.keys
+    out["live_object_growth"] = _zk_objects() - objs0
+    out["rss_growth_mb"] = (_rss_kib() - rss0) / 1024
+    # throughput over key spaces
+    out["throughput"] = {}
+    for space in args.spaces:
+        rng = random.Random(space)
+        done = _threads(
+            args.threads,
+            lambda i, n, space=space, rng=rng: op(f"{base}/s{space}/k{rng.randrange(space)}"),
+            duration=args.duration,
+        )
+        out["throughput"][str(space)] = done / args.duration
+    client.stop()
+    client.close()
+    return out
+
+
+def _threads(n: int, fn, count: int | None = None, duration: float | None = None) -> int:
+    """Run ``fn(thread, k)`` from ``n`` threads, ``count`` calls in all or for ``duration`` s: calls made."""
+    lock = threading.Lock()
+    state = {"next": 0, "done": 0, "stop": False}
+
+    def run(i: int) -> None:
+        while True:
+            with lock:
+                if state["stop"] or (count is not None and state["next"] >= count):
+                    return
+                k = state["next"]
+                state["next"] += 1
+            fn(i, k)
+            with lock:
+                state["done"] += 1
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    if duration is not None:
+        time.sleep(duration)
+        with lock:
+            state["stop"] = True
+            done = state["done"]
+    for t in threads:
+        t.join(120)
+    return done if duration is not None else state["done"]
+
+
+def _spawn(impl: str, hosts: str, root: str, cfg: dict) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", impl, "--hosts", hosts, "--root", root,
+           "--keys", str(cfg["keys"]), "--threads", str(cfg["threads"]), "--duration", str(cfg["duration"]),
+           "--spaces", *map(str, cfg["spaces"])]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"{impl} worker failed: {done.stderr[-2000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _median(xs: list) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
+
+
+def markdown(result: dict) -> str:
+    m = result["meta"]
+    rows = result["rows"]
+    spaces = [str(s) for s in result["config"]["spaces"]]
+    lines = [
+        f"Run {m['started']} · {m['ensemble']} · {m['duration_s']:.0f} s · "
+        f"{result['config']['threads']} threads on one client, {result['config']['reps']} reps (median)",
+        "",
+        "| measure | " + " | ".join(IMPLS) + " |",
+        "|---|" + "---|" * len(IMPLS),
+    ]
+
+    def row(label: str, key, fmt: str) -> None:
+        cells = [fmt.format(key(rows[i])) if rows.get(i) else "—" for i in IMPLS]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+
+    n = result["config"]["keys"]
+    row(f"live zkrecipes objects after {n:,} dropped keys", lambda r: r["live_object_growth"], "{:+d}")
+    row(f"RSS growth after {n:,} dropped keys (MB)", lambda r: r["rss_growth_mb"], "{:+.1f}")
+    row("wire requests, new key (parent exists)", lambda r: r["requests_new_key"], "{:d}")
+    row("wire requests, hot key", lambda r: r["requests_hot_key"], "{:.0f}")
+    for s in spaces:
+        row(f"acquire+release/s, {int(s):,} keys", lambda r, s=s: r["throughput"][s], "{:.0f}")
+        raw = rows[IMPLS[2]]["throughput"][s]
+        row(f"... ratio to raw, {int(s):,} keys", lambda r, s=s, raw=raw: r["throughput"][s] / raw, "{:.2f}x")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--hosts")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--root", help=argparse.SUPPRESS)
+    ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument("--threads", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=5.0)
+    ap.add_argument("--spaces", type=int, nargs="+", default=[1000, 100000])
+    ap.add_argument("--reps", type=int, default=2)
+    args = ap.parse_args(argv)
+    if args.worker:
+        args.impl = args.worker
+        print(json.dumps(worker(args)))
+        return 0
+    if args.smoke:
+        args.keys, args.threads, args.duration, args.spaces, args.reps = 50, 4, 0.3, [10, 1000], 1
+    cfg = {"keys": args.keys, "threads": args.threads, "duration": args.duration, "spaces": args.spaces,
+           "reps": args.reps}
+    t0 = time.monotonic()
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    ensemble = None
+    try:
+        if args.hosts:
+            hosts, desc = args.hosts, f"external ensemble {args.hosts}"
+        else:
+            from zkrecipes.testing import Ensemble
+
+            ensemble = Ensemble(size=3, force_sync=False)
+            ensemble.start()
+            hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
+        root = f"/zkrecipes-bench-keys/{uuid.uuid4().hex[:12]}"
+        runs: dict = {i: [] for i in IMPLS}
+        for rep in range(args.reps):
+            for impl in IMPLS[rep % 3:] + IMPLS[: rep % 3]:  # rotate the order: drift hits all alike
+                print(f"[per-key] rep {rep + 1}: {impl}", file=sys.stderr, flush=True)
+                runs[impl].append(_spawn(impl, hosts, root, cfg))
+        rows = {}
+        for impl, rs in runs.items():
+            r = dict(rs[0])
+            for key in ("live_object_growth", "rss_growth_mb", "requests_hot_key"):
+                r[key] = _median([x[key] for x in rs])
+            r["live_object_growth"] = int(r["live_object_growth"])
+            r["throughput"] = {s: _median([x["throughput"][s] for x in rs]) for s in rs[0]["throughput"]}
+            r["throughput_by_rep"] = [x["throughput"] for x in rs]
+            rows[impl] = r
+    finally:
+        if ensemble is not None:
+            ensemble.close()
+    result = {"config": cfg, "rows": rows,
+              "meta": {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0}}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "per_key.json"), "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+    md = markdown(result)
+    with open(os.path.join(args.out, "per_key.md"), "w") as f:
+        f.write(md)
+    print(md, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

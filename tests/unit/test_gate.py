@@ -1,0 +1,90 @@
+"""The in-process gate decides alone, without ZooKeeper: who holds, who queues, who waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from zkrecipes._gate import Entered, Gate
+from zkrecipes.errors import LockError
+from zkrecipes.naming import READ, WRITE
+
+HOLD = object()  # stands for a session.Hold
+
+
+def good(hold: object) -> bool:
+    return True
+
+
+def test_first_owner_queues_others_wait_until_granted():
+    g = Gate("/p")
+    with g.cond:
+        assert g.try_enter(1, WRITE, good) is Entered.QUEUE
+        assert g.try_enter(2, WRITE, good) is Entered.WAIT  # one node per process
+    g.granted(1, WRITE, HOLD)
+    assert g.held_by(1, WRITE) is HOLD and g.held_by(2, WRITE) is None
+    with g.cond:
+        assert g.try_enter(1, WRITE, good) is Entered.HAVE  # reentrant
+    assert g.leave(1, WRITE).last is False
+    left = g.leave(1, WRITE)
+    assert left.last and left.hold is HOLD
+    with g.cond:
+        assert g.try_enter(2, WRITE, good) is Entered.WAIT  # busy until the node is deleted
+    g.released()
+    with g.cond:
+        assert g.try_enter(2, WRITE, good) is Entered.QUEUE
+
+
+def test_a_miss_frees_the_gate_for_the_next_owner():
+    g = Gate("/p")
+    with g.cond:
+        assert g.try_enter(1, WRITE, good) is Entered.QUEUE
+    g.granted(1, WRITE, None)
+    with g.cond:
+        assert g.try_enter(2, WRITE, good) is Entered.QUEUE
+
+
+def test_readers_join_a_good_read_hold_but_not_past_a_writer():
+    g = Gate("/p")
+    with g.cond:
+        assert g.try_enter(1, READ, good) is Entered.QUEUE
+    g.granted(1, READ, HOLD)
+    with g.cond:
+        assert g.try_enter(2, READ, good) is Entered.HAVE
+        assert g.try_enter(3, READ, lambda h: False) is Entered.WAIT  # suspended hold: not joined
+        g.writer_behind = HOLD  # a writer queued behind our node: joining would starve it
+        assert g.try_enter(4, READ, good) is Entered.WAIT
+    assert g.leave(2, READ).last is False
+    assert g.leave(1, READ).last is True
+
+
+def test_downgrade_keeps_the_node_until_the_reads_go():
+    g = Gate("/p")
+    with g.cond:
+        assert g.try_enter(1, WRITE, good) is Entered.QUEUE
+    g.granted(1, WRITE, HOLD)
+    with g.cond:
+        assert g.try_enter(1, READ, good) is Entered.HAVE
+    left = g.leave(1, WRITE)
+    assert not left.last and g.mode == READ and g.held_by(1, READ) is HOLD
+    assert g.leave(1, READ).last
+
+
+def test_upgrade_and_foreign_release_are_refused():
+    g = Gate("/p")
+    with g.cond:
+        g.try_enter(1, READ, good)
+    g.granted(1, READ, HOLD)
+    with g.cond, pytest.raises(LockError, match="upgrading"):
+        g.try_enter(1, WRITE, good)
+    with pytest.raises(LockError, match="does not hold"):
+        g.leave(2, READ)
+
+
+def test_blocking_enter_misses_without_waiting_and_at_the_deadline():
+    g = Gate("/p")
+    with g.cond:
+        g.try_enter(1, WRITE, good)
+    assert g.enter(2, WRITE, False, None, lambda: False, good) is None
+    assert g.enter(2, WRITE, True, 0.0, lambda: False, good) is None  # deadline already passed
+    assert g.enter(2, WRITE, True, None, lambda: True, good) is None  # cancelled
+    assert not g.line and g.waiting_writers == 0  # nothing left behind by the misses

@@ -1,0 +1,97 @@
+"""The acquire protocol, driven by scripted replies: what it asks for, in order, and what it cleans up."""
+
+from __future__ import annotations
+
+import pytest
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import ZnodeStat
+
+from zkrecipes import _protocol as p
+from zkrecipes._lock import predecessor
+
+SID = 0x1234
+
+
+def stat(czxid: int = 7, owner: int = SID) -> ZnodeStat:
+    return ZnodeStat(czxid, czxid, 0, 0, 0, 0, 0, owner, 0, 0, czxid)
+
+
+def start(gen):
+    return gen.send(None)
+
+
+def created(gen, reply):
+    """Answer the create (whose owner is then checked against the session): the next request."""
+    assert gen.send(reply) is p.SESSION
+    return gen.send(SID)
+
+
+def new():
+    return p.acquire("/p", [], "h-W-", b"{}", "guid", predecessor)
+
+
+def test_uncontended_is_one_send_and_no_read():
+    gen = new()
+    op = start(gen)
+    assert isinstance(op, p.Send) and op.parent == "/p" and op.flags == 3  # create and list, pipelined
+    assert created(gen, (("/chroot/p/h-W-0000000003", stat()), ["h-W-0000000003", "h-W-0000000004"])) is p.SESSION
+    assert gen.send(SID) is p.STALE
+    with pytest.raises(StopIteration) as done:
+        gen.send(False)
+    entry = done.value.value
+    assert entry.path == "/p/h-W-0000000003"  # the reply's chroot is dropped
+    assert entry.token == 7 and entry.session == SID
+
+
+def test_waits_on_its_predecessor_only_and_needs_no_relisting_when_it_goes():
+    gen = new()
+    start(gen)
+    listing = ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"]
+    created(gen, (("/p/h-W-0000000003", stat()), listing))
+    op = gen.send(SID)
+    assert op == p.Watch("/p/h-W-0000000002")  # one watch: the node just ahead
+    assert gen.send(stat(5)) is p.SLEEP
+    assert gen.send(True) == p.Read("children", "/p")  # gone, and nodes ahead of it may be too: relist
+    # the head of the listing going needs no read: nodes only join behind us
+    gen2 = new()
+    start(gen2)
+    created(gen2, (("/p/h-W-0000000003", stat()), ["h-W-0000000002", "h-W-0000000003"]))
+    assert gen2.send(SID) == p.Watch("/p/h-W-0000000002")
+    assert gen2.send(stat(5)) is p.SLEEP
+    assert gen2.send(True) is p.SESSION
+    assert gen2.send(SID) is p.STALE
+
+
+def test_a_deadline_while_waiting_deletes_our_node():
+    gen = new()
+    start(gen)
+    created(gen, (("/p/h-W-0000000003", stat()), ["h-W-0000000002", "h-W-0000000003"]))
+    gen.send(SID)
+    assert gen.send(stat(5)) is p.SLEEP
+    assert gen.throw(p.DeadlinePassed()) == p.Delete("/p/h-W-0000000003", SID)
+    with pytest.raises(p.DeadlinePassed):
+        gen.send(True)
+
+
+def test_a_new_key_makes_its_parents_then_needs_no_listing():
+    gen = new()
+    start(gen)
+    assert gen.send((NoNodeError(), None)) == p.MakeParents("/p", [])
+    op = gen.send(None)
+    assert isinstance(op, p.Send) and op.parent is None  # a fresh parent: nobody can be ahead
+    assert created(gen, (("/p/h-W-0000000000", stat()), None)) is p.SESSION
+    assert gen.send(SID) is p.STALE
+
+
+def test_our_node_from_an_expired_session_is_not_taken_for_ours():
+    gen = new()
+    start(gen)
+    assert gen.send((("/p/h-W-0000000003", stat(owner=SID)), ["h-W-0000000003"])) is p.SESSION
+    op = gen.send(SID + 1)  # the session changed between the create and its reply: that node is gone
+    assert isinstance(op, p.Send)  # queue again, at the back
+
+
+def test_owns_needs_a_node_and_our_session():
+    assert p.owns(stat(), SID)
+    assert not p.owns(stat(owner=SID + 1), SID)
+    assert not p.owns(None, SID) and not p.owns(stat(), None)
