@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -121,7 +121,7 @@ class Driver:
         raise TypeError(f"unknown protocol request {op!r}")
 
     # -- the requests -------------------------------------------------------------------------------
-    def _send(self, op: Send) -> tuple:
+    def _send(self, op: Send) -> Tuple[Any, Any]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:

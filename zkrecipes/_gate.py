@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Set
+from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
 
@@ -196,7 +196,7 @@ class Gate:
 
 # Gates live while a lock object refers to one or a hold pins it (Hold.pin): a service that locks a
 # million keys keeps only the gates of the locks it has now.
-_gates: "weakref.WeakKeyDictionary[KazooClient, weakref.WeakValueDictionary[tuple, Gate]]" = (
+_gates: "weakref.WeakKeyDictionary[KazooClient, weakref.WeakValueDictionary[Tuple[str, str], Gate]]" = (
     weakref.WeakKeyDictionary()
 )
 _lock = threading.Lock()

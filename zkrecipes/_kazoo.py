@@ -6,7 +6,7 @@ Each function names what it relies on; all were checked against kazoo 2.9.0 (the
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import kazoo.exceptions
 from kazoo.client import KazooClient
@@ -27,12 +27,14 @@ class CreateContainer(Create2):  # type: ignore[misc]  # kazoo's requests are un
     type = 19
 
 
-class RemoveWatches(NamedTuple):
+class RemoveWatches:
     """removeWatches (opcode 18, ZooKeeper >= 3.5): drop our watch server-side."""
 
-    path: str
-    watcher_type: int  # 1 children, 2 data, 3 any
     type = 18
+
+    def __init__(self, path: str, watcher_type: int) -> None:
+        self.path = path
+        self.watcher_type = watcher_type  # 1 children, 2 data, 3 any
 
     def serialize(self) -> bytearray:
         b = bytearray()

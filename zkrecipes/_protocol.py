@@ -157,7 +157,9 @@ def acquire(
         raise
 
 
-def enqueue(parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str) -> Proto[Tuple[Entry, list]]:
+def enqueue(
+    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str
+) -> Proto[Tuple[Entry, List[QueueNode]]]:
     """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``."""
     entry, children = yield from create(parent, acl, prefix, data, guid, sequence=True, listing=True)
     mine, distance, seq_of = entry.node.sequence, naming.distance, naming.sequence
@@ -208,7 +210,7 @@ def in_session(op: Op) -> Proto[Tuple[Any, int]]:
 # -- creating our node -------------------------------------------------------------------------------
 def create(
     parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, sequence: bool, listing: bool = False
-) -> Proto[Tuple[Entry, Optional[list]]]:
+) -> Proto[Tuple[Entry, Optional[List[str]]]]:
     """Create our ephemeral node ``<parent>/<name>`` (plus a sequence suffix): ``(entry, children)``.
 
     Optimistic: the create goes first; only a NoNode makes the missing parents, and then, if our node is

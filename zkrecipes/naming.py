@@ -14,7 +14,7 @@ import re
 import socket
 import threading
 import time
-from typing import NamedTuple, Optional
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 READ = "R"
 WRITE = "W"
@@ -117,7 +117,7 @@ def parse(name: str) -> Optional[QueueNode]:
     return QueueNode(name, "", WRITE, seq)
 
 
-def _split(name: str) -> Optional[tuple]:
+def _split(name: str) -> Optional[Tuple[str, int]]:
     """``(head, sequence)`` of a name ending in ZooKeeper's sequence suffix, or None.
 
     ZooKeeper appends ``%010d`` of the parent's signed 32-bit child counter: ten digits, or past 2^31-1
@@ -159,7 +159,7 @@ def distance(seq: int, ref: int) -> int:
     return ((seq - ref + _HALF) & 0xFFFFFFFF) - _HALF
 
 
-def sort_queue(children: list) -> list:
+def sort_queue(children: Iterable[str]) -> List[QueueNode]:
     """Parse and order children by sequence, wrap-aware (see :func:`distance`), dropping names without one."""
     nodes = [n for n in map(parse, children) if n is not None]
     if nodes:
@@ -185,7 +185,7 @@ def new_guid() -> str:
     return os.urandom(16).hex()
 
 
-def read_data(data: Optional[bytes]) -> dict:
+def read_data(data: Optional[bytes]) -> Dict[str, Any]:
     """Decode node data written by :func:`node_data`; {} for anything else."""
     try:
         value = json.loads((data or b"").decode())

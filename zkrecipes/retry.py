@@ -9,7 +9,7 @@ the attempt limit; the deadline still applies on top of it.
 from __future__ import annotations
 
 import time
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Optional, TypeVar, cast
 
 import tenacity
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
@@ -47,7 +47,11 @@ class _StopAtDeadline(tenacity.stop.stop_base):
 
 
 def call(
-    fn: Callable[..., T], *args, deadline: Optional[float] = None, policy: Optional[tenacity.Retrying] = None, **kw
+    fn: Callable[..., T],
+    *args: Any,
+    deadline: Optional[float] = None,
+    policy: Optional[tenacity.Retrying] = None,
+    **kw: Any,
 ) -> T:
     """Call ``fn(*args, **kw)``, retrying transient ZooKeeper errors until ``deadline`` (monotonic)."""
     if policy is None:  # fast path: the first attempt skips tenacity's bookkeeping
@@ -59,7 +63,7 @@ def call(
     base = policy or _DEFAULT
     retrying = base.copy(
         retry=base.retry & tenacity.retry_if_exception_type(TRANSIENT),  # never retry anything else
-        stop=base.stop | _StopAtDeadline(deadline),
+        stop=cast(tenacity.stop.stop_base, base.stop) | _StopAtDeadline(deadline),
         reraise=True,
     )
     return retrying(fn, *args, **kw)

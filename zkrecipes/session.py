@@ -25,7 +25,7 @@ import queue
 import threading
 import time
 import weakref
-from typing import Callable, Optional
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
@@ -62,9 +62,9 @@ class SessionWatcher:
 
     def __init__(self, client: KazooClient) -> None:
         self._client_ref = weakref.ref(client)
-        self._subs: set = set()
+        self._subs: Set[Callable[[str], None]] = set()
         self._lock = threading.Lock()
-        self._events: "queue.Queue[tuple[str, Optional[int]]]" = queue.Queue()
+        self._events: "queue.Queue[Tuple[Any, Optional[int]]]" = queue.Queue()  # (state, sid) or (fn, None)
         self._thread: Optional[threading.Thread] = None
         self._suspended_at: Optional[float] = None
         self._timeout = session_timeout(client)
@@ -201,7 +201,7 @@ class Hold:
         self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
         self._verify = verify
         self._cleanup = cleanup
-        self._listeners: list = []
+        self._listeners: List[Callable[[str], None]] = []
         self._lock = threading.Lock()
         self._watcher = SessionWatcher.of(client)
         self._watcher.subscribe(self._on_event)
@@ -272,7 +272,7 @@ class Hold:
         """Start :meth:`confirm`'s read without waiting; its answer is applied on the dispatcher thread."""
         asked = time.monotonic()
 
-        def done(ar) -> None:  # kazoo's completion thread: hand over to the dispatcher
+        def done(ar: Any) -> None:  # kazoo's completion thread: hand over to the dispatcher
             try:
                 stat = ar.get(block=False)
             except (NoNodeError, SessionExpiredError):
