@@ -14,24 +14,21 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_bench_smoke(zk_ensemble, tmp_path):
-    out = tmp_path / "results"
+def _smoke(script: str, hosts: str, out) -> None:
+    """Run ``bench/<script> --smoke`` against ``hosts``, writing to ``out``; it must succeed."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            os.path.join(ROOT, "bench", "run.py"),
-            "--smoke",
-            "--hosts",
-            zk_ensemble.hosts,
-            "--out",
-            str(out),
-        ],
+        [sys.executable, os.path.join(ROOT, "bench", script), "--smoke", "--hosts", hosts, "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
+
+
+def test_bench_smoke(zk_ensemble, tmp_path):
+    out = tmp_path / "results"
+    _smoke("run.py", zk_ensemble.hosts, out)
     res = json.loads((out / "latest.json").read_text())
     md = (out / "latest.md").read_text()
     cfg = res["config"]
@@ -110,15 +107,7 @@ def test_bench_smoke(zk_ensemble, tmp_path):
 def test_per_key_bench_smoke(zk_ensemble, tmp_path):
     """bench/per_key.py (issue 10) runs each contender in its own process and reports every row."""
     out = tmp_path / "results"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, "bench", "per_key.py"), "--smoke", "--hosts", zk_ensemble.hosts,
-         "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    _smoke("per_key.py", zk_ensemble.hosts, out)
     res = json.loads((out / "per_key.json").read_text())
     rows = res["rows"]
     assert set(rows) == {"zkrecipes FairLock", "kazoo Lock", "raw create+delete"}

@@ -187,7 +187,9 @@ def _loss_reason(client, what: str) -> str:
     """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
     if client.connected:
         return f"{what}: the ZooKeeper session expired"
-    timeout = client._session_timeout / 1000.0
+    from ._kazoo import session_timeout
+
+    timeout = session_timeout(client)
     return f"{what}: no connection to ZooKeeper for longer than the session timeout ({timeout:g} s)"
 
 
