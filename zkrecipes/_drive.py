@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -265,12 +265,15 @@ def _blocking(start: Callable[[], _kazoo.AsyncResult]) -> Any:
     return start().get()
 
 
-def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any]) -> None:
+Steps = Generator[Callable[[], _kazoo.AsyncResult], Any, None]  # yields operations to start, is sent their values
+
+
+def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
     """Create ``path`` as a container node (a persistent one where the server has no containers);
     an existing node is fine. Raises NoNodeError if its own parent is missing."""
     if client not in _no_containers:
         try:
-            call(lambda: _kazoo.create_container(client, path, acl))
+            yield lambda: _kazoo.create_container(client, path, acl)
             return
         except NodeExistsError:
             return
@@ -280,25 +283,22 @@ def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Cal
             log.info("server rejected a container node (%r); using persistent parents", exc)
             _no_containers.add(client)
     try:
-        call(lambda: client.create_async(path, b"", list(acl)))
+        yield lambda: client.create_async(path, b"", list(acl))
     except NodeExistsError:
         pass
 
 
-def make_parents(
-    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking
-) -> None:
+def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
     """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl``: deepest
     first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).
 
-    ``call(start)`` runs one async operation and returns its value; the default blocks, a
-    :class:`Driver` bounds it by a deadline and retries. Raises LockError if the client's chroot does
-    not exist (nothing can be created under it).
-    """
+    Written as steps so that both drivers run it: it yields each async operation to start and is sent
+    its value (or has its error thrown in). Raises LockError if the client's chroot does not exist
+    (nothing can be created under it)."""
     missing = [path]
     for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
         try:
-            _create_parent(client, missing[-1], acl, call)
+            yield from _create_parent(client, missing[-1], acl)
         except NoNodeError:
             parent = missing[-1].rsplit("/", 1)[0]
             if not parent:
@@ -309,6 +309,25 @@ def make_parents(
         if not missing:
             return
     raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
+
+
+def make_parents(
+    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking
+) -> None:
+    """Run :func:`parent_steps` on this thread. ``call(start)`` runs one async operation and returns its
+    value; the default blocks, a :class:`Driver` bounds it by a deadline and retries."""
+    steps = parent_steps(client, path, acl)
+    value: Any = None
+    error: Optional[BaseException] = None
+    while True:
+        try:
+            start = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration:
+            return
+        try:
+            value, error = call(start), None
+        except BaseException as exc:  # thrown into the steps: they decide (a NoNode climbs)
+            value, error = None, exc
 
 
 class _SessionGone(Exception):
