@@ -36,6 +36,7 @@ bench: setup
 	@bash bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/per_key.py
+	$(PY) bench/aio.py
 
 safety: setup
 	@bash scripts/safety-setup.sh

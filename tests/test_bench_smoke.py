@@ -117,3 +117,20 @@ def test_per_key_bench_smoke(zk_ensemble, tmp_path):
     for r in rows.values():
         assert all(v > 0 for v in r["throughput"].values())
     assert "ratio to raw" in (out / "per_key.md").read_text()
+
+
+def test_aio_bench_smoke(zk_ensemble, tmp_path):
+    """bench/aio.py (issue 12): tasks waiting add only per-client threads, one node and one watch per
+    waiting session, one holder at a time; every row present."""
+    out = tmp_path / "results"
+    _smoke("aio.py", zk_ensemble.hosts, out)
+    res = json.loads((out / "aio.json").read_text())
+    t = res["thousand"]
+    assert t["queue_nodes"] == t["clients"]  # one node per session, not per task
+    assert t["kazoo_data_watches_per_client"] == [1] * t["clients"]  # each watches its predecessor only
+    assert sum(t["server_sessions_watching_lock"].values()) == t["clients"]  # wchc agrees, server-side
+    assert 0 < t["threads_added_by_waiting"] <= t["clients"]  # the session thread of each client, at most
+    assert t["max_inside"] == 1 and t["wake"]["n"] > 0
+    assert res["pingpong"]["aio"]["n"] > 0 and res["pingpong"]["threaded"]["n"] > 0
+    assert res["uncontended"]["wall_ratio"] > 0
+    assert "tasks waiting on one lock" in (out / "aio.md").read_text()
