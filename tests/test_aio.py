@@ -446,3 +446,24 @@ def test_cancelling_a_campaign_deletes_its_node(zk_ensemble, zk_factory):
     run(body)
     assert kids(a, "/ec") == []
     assert_no_watch(b, "/ec", zk_ensemble)
+
+
+# -- the documented example ----------------------------------------------------------------------------
+def test_service_example_runs_as_documented(zk_ensemble, zk_namespace, zk):
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    example = pathlib.Path(__file__).parent.parent / "docs" / "examples" / "aio_service.py"
+    env = {**os.environ, "ZK_HOSTS": zk_ensemble.hosts + zk_namespace}
+    proc = subprocess.run([sys.executable, str(example), "/bank"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[-1] == "all 200 deposits applied; no lost update", proc.stdout
+    assert "nightly runs 4" in lines[-2], proc.stdout
+    leads = [line for line in lines if "leads, runs the nightly job" in line]
+    assert len(leads) == 4 and {line.split(":")[0] for line in leads} == {"instance-0", "instance-1"}, proc.stdout
+    zk.sync("/")
+    assert kids(zk, "/bank/leader") == []
+    assert all(kids(zk, f"/bank/accounts/acct-{n}") == [] for n in range(5))
