@@ -13,7 +13,7 @@ Measures:
   every waiter has just one node ahead and needs no read after the notification. Same for the
   threaded FairLock, in its own process.
 - Uncontended acquire+release, wall time and CPU of the calling (loop) thread per operation: aio and
-  threaded FairLock in alternating processes, blocks of operations, median per process.
+  threaded FairLock each in its own process, both up at once, running blocks of operations in turn.
 Writes ``aio.json`` and ``aio.md`` to ``--out`` (default ``bench/results``).
 """
 
@@ -40,8 +40,8 @@ from kazoo.protocol.states import EventType  # noqa: E402
 from bench import harness  # noqa: E402
 from zkrecipes.testing import four_letter  # noqa: E402
 
-SMOKE = {"tasks": 40, "clients": 4, "handoffs": 20, "ops": 20, "blocks": 2, "reps": 1}
-FULL = {"tasks": 1000, "clients": 10, "handoffs": 400, "ops": 200, "blocks": 5, "reps": 3}
+SMOKE = {"tasks": 40, "clients": 4, "handoffs": 20, "ops": 10, "blocks": 2, "reps": 1}
+FULL = {"tasks": 1000, "clients": 10, "handoffs": 400, "ops": 50, "blocks": 30, "reps": 3}
 
 
 def _client(hosts: str, i: int = 0) -> KazooClient:
@@ -273,26 +273,33 @@ def pingpong(args: argparse.Namespace) -> dict:
 
 
 def uncontended(args: argparse.Namespace) -> dict:
-    """Blocks of ``ops`` acquire+release on one client: per-op wall and calling-thread CPU (µs)."""
+    """Serve blocks of ``ops`` uncontended acquire+release on one client: a line ``block`` on stdin runs
+    one and prints its per-op wall and calling-thread CPU (µs); ``quit`` ends. The parent alternates
+    the two processes block by block, so load drift hits both alike."""
     from zkrecipes import FairLock, aio
 
     client = _client(args.hosts, 0)
     path = f"/u-{uuid.uuid4().hex[:8]}"
-    walls, cpus = [], []
+
+    def report(c0: float, t0: float) -> None:
+        print(json.dumps({"wall_us": (time.perf_counter() - t0) / args.ops * 1e6,
+                          "cpu_us": (time.thread_time() - c0) / args.ops * 1e6}), flush=True)
+
     if args.impl == "aio":
 
         async def main() -> None:
             lock = aio.FairLock(client, path)
+            loop = asyncio.get_running_loop()
             for _ in range(20):
                 await lock.acquire()
                 await lock.release()
-            for _ in range(args.blocks):
+            print("ready", flush=True)
+            while (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "block":
                 c0, t0 = time.thread_time(), time.perf_counter()
                 for _ in range(args.ops):
                     await lock.acquire()
                     await lock.release()
-                walls.append((time.perf_counter() - t0) / args.ops * 1e6)
-                cpus.append((time.thread_time() - c0) / args.ops * 1e6)
+                report(c0, t0)
 
         asyncio.run(main())
     else:
@@ -300,17 +307,52 @@ def uncontended(args: argparse.Namespace) -> dict:
         for _ in range(20):
             lock.acquire()
             lock.release()
-        for _ in range(args.blocks):
+        print("ready", flush=True)
+        while sys.stdin.readline().strip() == "block":
             c0, t0 = time.thread_time(), time.perf_counter()
             for _ in range(args.ops):
                 lock.acquire()
                 lock.release()
-            walls.append((time.perf_counter() - t0) / args.ops * 1e6)
-            cpus.append((time.thread_time() - c0) / args.ops * 1e6)
+            report(c0, t0)
     client.stop()
     client.close()
-    return {"impl": args.impl, "wall_us": sorted(walls)[len(walls) // 2], "cpu_us": sorted(cpus)[len(cpus) // 2],
-            "wall_us_blocks": walls, "cpu_us_blocks": cpus}
+    return {"impl": args.impl}
+
+
+def uncontended_pair(hosts: str, cfg: dict) -> Dict[str, Any]:
+    """Both contenders up at once, each in its own process, running blocks in turn (order rotated)."""
+    procs = {}
+    for impl in ("aio", "threaded"):
+        procs[impl] = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), "--worker", "uncontended", "--impl", impl, "--hosts", hosts,
+             "--ops", str(cfg["ops"])], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    blocks: Dict[str, List[dict]] = {"aio": [], "threaded": []}
+    try:
+        for p in procs.values():
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for k in range(cfg["blocks"]):
+            for impl in (("aio", "threaded") if k % 2 == 0 else ("threaded", "aio")):
+                p = procs[impl]
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write("block\n")
+                p.stdin.flush()
+                blocks[impl].append(json.loads(p.stdout.readline()))
+    finally:
+        for p in procs.values():
+            if p.stdin is not None:
+                p.stdin.write("quit\n")
+                p.stdin.close()
+            p.wait(60)
+    out: Dict[str, Any] = {}
+    for impl, bs in blocks.items():
+        out[impl] = {"wall_us": _median([b["wall_us"] for b in bs]), "cpu_us": _median([b["cpu_us"] for b in bs]),
+                     "blocks": bs}
+    pairs = list(zip(blocks["aio"], blocks["threaded"]))
+    out["wall_ratio_by_pair"] = [a["wall_us"] / t["wall_us"] for a, t in pairs]
+    out["cpu_ratio_by_pair"] = [a["cpu_us"] / t["cpu_us"] for a, t in pairs]
+    out["wall_ratio"] = _median(out["wall_ratio_by_pair"])
+    out["cpu_ratio"] = _median(out["cpu_ratio_by_pair"])
+    return out
 
 
 WORKERS = {"thousand": thousand, "pingpong": pingpong, "uncontended": uncontended}
@@ -362,15 +404,15 @@ def markdown(result: dict) -> str:
         lines.append(f"| {impl} | {w['median_ms']:.3f} | {w['p90_ms']:.3f} | {w['p99_ms']:.3f} | {w['n']} |")
     lines += [
         "",
-        "**Uncontended acquire+release**, median over processes (blocks of "
-        f"{result['config']['ops']} ops, alternating processes)",
+        "**Uncontended acquire+release**, two processes up at once running blocks of "
+        f"{result['config']['ops']} ops in turn; median block, median of the paired ratios",
         "",
         "| impl | wall µs/op | loop/calling-thread CPU µs/op |",
         "|---|---|---|",
         f"| aio.FairLock | {u['aio']['wall_us']:.0f} | {u['aio']['cpu_us']:.0f} |",
         f"| FairLock (threads) | {u['threaded']['wall_us']:.0f} | {u['threaded']['cpu_us']:.0f} |",
         f"| ratio aio / threaded | {u['wall_ratio']:.3f}x | {u['cpu_ratio']:.3f}x |",
-        f"| ratio per round (wall) | {', '.join(f'{r:.3f}' for r in u['wall_ratio_by_round'])} | |",
+        f"| paired ratios (wall) | {', '.join(f'{r:.2f}' for r in u['wall_ratio_by_pair'])} | |",
     ]
     return "\n".join(lines) + "\n"
 
@@ -410,15 +452,13 @@ def main(argv=None) -> int:
         log(f"{cfg['tasks']} tasks on {cfg['clients']} clients")
         thousand_run = _spawn("thousand", "aio", hosts, cfg)
         pp: Dict[str, List[dict]] = {"aio": [], "threaded": []}
-        un: Dict[str, List[dict]] = {"aio": [], "threaded": []}
         for rep in range(cfg["reps"]):
             order = ["aio", "threaded"] if rep % 2 == 0 else ["threaded", "aio"]
             for impl in order:
                 log(f"round {rep + 1}: pingpong {impl}")
                 pp[impl].append(_spawn("pingpong", impl, hosts, cfg))
-            for impl in order:
-                log(f"round {rep + 1}: uncontended {impl}")
-                un[impl].append(_spawn("uncontended", impl, hosts, cfg))
+        log(f"uncontended: {cfg['blocks']} blocks of {cfg['ops']} ops each, the two processes in turn")
+        uncontended_rows = uncontended_pair(hosts, cfg)
     finally:
         if ensemble is not None:
             ensemble.close()
@@ -426,14 +466,6 @@ def main(argv=None) -> int:
     for impl, runs in pp.items():
         samples = sorted(s / 1e3 for r in runs for s in r["wake_samples_ms"])
         pingpong_rows[impl] = _summary(samples)
-    uncontended_rows: Dict[str, Any] = {
-        impl: {"wall_us": _median([r["wall_us"] for r in runs]), "cpu_us": _median([r["cpu_us"] for r in runs]),
-               "runs": runs}
-        for impl, runs in un.items()
-    }
-    uncontended_rows["wall_ratio"] = uncontended_rows["aio"]["wall_us"] / uncontended_rows["threaded"]["wall_us"]
-    uncontended_rows["cpu_ratio"] = uncontended_rows["aio"]["cpu_us"] / uncontended_rows["threaded"]["cpu_us"]
-    uncontended_rows["wall_ratio_by_round"] = [a["wall_us"] / b["wall_us"] for a, b in zip(un["aio"], un["threaded"])]
     result = {"config": cfg, "thousand": thousand_run, "pingpong": pingpong_rows, "uncontended": uncontended_rows,
               "meta": {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0}}
     os.makedirs(args.out, exist_ok=True)

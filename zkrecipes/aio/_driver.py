@@ -356,14 +356,22 @@ async def delete(
         ar = client.delete_async(path)  # queued by kazoo until reconnected; dropped if the session ends
         if not ar.ready():
             fut = bridge(loop, ar)
-            while True:
-                done, _ = await asyncio.wait({fut}, timeout=max(0.0, min(0.2, deadline - time.monotonic())))
-                if done:
-                    break
+
+            def poll() -> None:  # without a connection: give up once the session is known gone
+                if fut.done():
+                    return
                 if gone is not None and gone():
-                    raise _SessionGone()
-                if time.monotonic() >= deadline:
-                    raise asyncio.TimeoutError(f"delete of {path} took longer than {timeout} s")
+                    fut.set_exception(_SessionGone())
+                elif time.monotonic() >= deadline:
+                    fut.set_exception(asyncio.TimeoutError(f"delete of {path} took longer than {timeout} s"))
+                else:
+                    timer[0] = loop.call_later(0.2, poll)
+
+            timer = [loop.call_later(0.2, poll)]
+            try:
+                await fut
+            finally:
+                timer[0].cancel()
         ar.get(block=False)
 
     try:
