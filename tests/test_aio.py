@@ -12,7 +12,7 @@ import pytest
 from lockhelpers import FAST_RECONNECT, assert_no_watch, children
 
 from zkrecipes import FairLock as ThreadedFairLock
-from zkrecipes import LockError, LockLost, LockTimeout, aio
+from zkrecipes import LockCancelled, LockError, LockLost, LockTimeout, aio
 from zkrecipes.testing import Partition, expire_session
 
 
@@ -446,6 +446,101 @@ def test_cancelling_a_campaign_deletes_its_node(zk_ensemble, zk_factory):
     run(body)
     assert kids(a, "/ec") == []
     assert_no_watch(b, "/ec", zk_ensemble)
+
+
+# -- more recipes and paths ----------------------------------------------------------------------------
+def test_exclusive_lock_hands_over_and_leaves_no_watch(zk_ensemble, zk_factory):
+    a, b = zk_factory(), zk_factory()
+
+    async def body() -> None:
+        first, second = aio.ExclusiveLock(a, "/ex", "one"), aio.ExclusiveLock(b, "/ex", "two")
+        assert await first.acquire()
+        assert [c.identifier for c in await second.contenders()] == ["one"]
+        assert not await second.acquire(timeout=0.2)
+        waiter = asyncio.create_task(second.acquire())
+        await asyncio.sleep(0.1)
+        assert not waiter.done()
+        t1 = first.token
+        await first.release()
+        assert await asyncio.wait_for(waiter, 10)
+        assert second.token > t1 and not second.is_held  # held by the waiter task, not this one
+        assert [c.identifier for c in await first.contenders()] == ["two"]
+
+    run(body)
+    assert_no_watch(b, "/ex", zk_ensemble)
+
+
+def test_tasks_with_timeouts_and_cancels_among_hundreds_leave_nothing_behind(zk_ensemble, zk_factory):
+    clients = [zk_factory() for _ in range(3)]
+
+    async def body() -> None:
+        locks = [aio.FairLock(c, "/mix") for c in clients]
+        got = 0
+
+        async def worker(i: int) -> None:
+            nonlocal got
+            lock = locks[i % 3]
+            if await lock.acquire(timeout=(i % 7) * 0.01 or None):
+                got += 1
+                await asyncio.sleep(0.001)
+                await lock.release()
+
+        tasks = [asyncio.create_task(worker(i)) for i in range(300)]
+        await asyncio.sleep(0.2)
+        for t in tasks[::5]:
+            t.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        assert all(r is None or isinstance(r, asyncio.CancelledError) for r in results), results
+        assert got > 0
+        assert all(lock.state == "idle" for lock in locks)
+
+    run(body, 120)
+    assert kids(clients[0], "/mix") == []
+    for c in clients:
+        assert_no_watch(c, "/mix", zk_ensemble)
+
+
+def test_cancel_raises_lock_cancelled_from_async_with(zk_factory):
+    a, b = zk_factory(), zk_factory()
+    holder = ThreadedFairLock(a, "/lc")
+    assert holder.acquire()
+
+    async def body() -> None:
+        lock = aio.FairLock(b, "/lc")
+
+        async def use() -> None:
+            async with lock:
+                pytest.fail("must not be entered")
+
+        task = asyncio.create_task(use())
+        await until(lambda: len(kids(a, "/lc")) == 2, 10, "queued")
+        lock.cancel()
+        with pytest.raises(LockCancelled):
+            await task
+
+    run(body)
+    assert len(kids(a, "/lc")) == 1
+    holder.release()
+
+
+def test_leader_session_expiry_is_told_on_the_loop(zk_factory):
+    client = zk_factory(timeout=3.0)
+
+    async def body() -> None:
+        election = aio.LeaderElection(client, "/lexp")
+        log = States(election)
+        assert await election.campaign()
+        await asyncio.get_running_loop().run_in_executor(None, expire_session, client)
+        await asyncio.wait_for(election.lost.wait(), 15)
+        await log.wait_for("lost")
+        assert set(log.threads) == {threading.get_ident()}
+        assert not election.is_leader and election.token is None
+        with pytest.raises(LockLost):
+            await election.check()
+        await election.resign()
+        assert election.state == "idle"
+
+    run(body)
 
 
 # -- the documented example ----------------------------------------------------------------------------

@@ -226,7 +226,13 @@ class AioDriver:
             if not create.ready():
                 await self._await(bridge(self.loop, create))
         except BaseException:
-            create.rawlink(_drive._delete_if_created(self.client))  # abandoned mid-flight: delete it if made
+            made = _outcome(create) if create.ready() else None
+            if made is None:
+                create.rawlink(_drive._delete_if_created(self.client))  # abandoned mid-flight: delete it if made
+            elif not isinstance(made, BaseException):  # made, and its reply is here: delete it before we go
+                path, stat = made
+                chroot = self.client.chroot
+                await delete(self.client, path[len(chroot):] if chroot else path, stat.ephemeralOwner, self.policy)
             raise
         return _outcome(create), (None if listing is None else _outcome(listing))
 
