@@ -388,6 +388,28 @@ def test_a_partition_is_suspended_then_held(zk_ensemble, zk_factory):
         run(body)
 
 
+def test_release_during_a_long_cut_reports_the_loss(zk_ensemble, zk_factory):
+    """release() without a connection waits until the hold is declared lost (suspended past the session
+    timeout), never deletes anything then, and tells the loss: "lost", then "idle"."""
+    with Partition(zk_ensemble.hosts) as partition:
+        client = zk_factory(hosts=partition.hosts, timeout=3.0, connection_retry=FAST_RECONNECT)
+
+        async def body() -> None:
+            lock = aio.FairLock(client, "/cutrel")
+            log = States(lock)
+            await lock.acquire()
+            partition.cut()
+            await log.wait_for("suspended", timeout=5)
+            t0 = time.monotonic()
+            await lock.release()  # the same task (wait_for would run it in another: LockError)
+            assert time.monotonic() - t0 < 10
+            assert log.states[-2:] == ["lost", "idle"] and lock.lost.is_set()
+            assert set(log.threads) == {threading.get_ident()}
+            partition.heal()
+
+        run(body)
+
+
 # -- election ----------------------------------------------------------------------------------------
 def test_election_handover_and_run(zk_factory):
     a, b = zk_factory(), zk_factory()

@@ -142,6 +142,7 @@ class Lock(Reporter):
         self._gate: Gate = _gate.gate(client, self.path, "aio-" + core._family)
         self._cancelled = False
         self._drivers: Set[AioDriver] = set()
+        self._attached: Optional[Hold] = None  # the hold this object reports on
         self._hold_listener: Optional[Callable[[str], None]] = None
 
     # -- acquire / release ---------------------------------------------------------------------------
@@ -277,7 +278,7 @@ class Lock(Reporter):
             if self in self._gate.objects:
                 return
             self._gate.objects.add(self)
-        self._hold_listener = functools.partial(self._told, hold)
+        self._attached, self._hold_listener = hold, functools.partial(self._told, hold)
         hold.add_listener(self._hold_listener)
         self._on_hold(hold, hold.state)
 
@@ -289,12 +290,12 @@ class Lock(Reporter):
     def _detach(self, hold: Hold) -> None:
         if self._hold_listener is not None:
             hold.remove_listener(self._hold_listener)
-            self._hold_listener = None
+        self._attached, self._hold_listener = None, None
         self._set_state(IDLE)
 
     def _on_hold(self, hold: Hold, state: str) -> None:  # the loop
-        if self._gate.hold is not hold or self not in self._gate.objects:
-            return  # released (or replaced) meanwhile: old news
+        if self._attached is not hold:
+            return  # detached meanwhile: old news (a loss found while releasing is still told)
         if state == LOST:
             self.lost.set()
         self._set_state(state)
