@@ -38,7 +38,7 @@ bench: setup
 
 safety: setup
 	@bash scripts/safety-setup.sh
-	$(PY) -m zkrecipes.testing.chaos --long --out docs/safety-results
+	$(PY) -m lab.run --long --out docs/safety-results
 
 clean:
 	rm -rf .venv docs/_build build *.egg-info
