@@ -6,11 +6,16 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
-from lockhelpers import RECIPES
+from lockhelpers import MUTEXES, RECIPES
 
 
-@pytest.fixture(params=sorted(RECIPES))
-def make_lock(request: pytest.FixtureRequest) -> Callable[..., Any]:
-    """Each mutex recipe in turn: ``make_lock(client, path, **kwargs)``."""
-    return RECIPES[request.param]
+@pytest.fixture(params=MUTEXES)
+def mutex(request: pytest.FixtureRequest) -> str:
+    """The name of each mutex recipe in turn: FairLock, ExclusiveLock, ReadWriteLock's write side."""
+    return str(request.param)
 
+
+@pytest.fixture
+def make_lock(mutex: str) -> Callable[..., Any]:
+    """The recipe named by ``mutex``: ``make_lock(client, path, **kwargs)``."""
+    return RECIPES[mutex]
