@@ -21,10 +21,20 @@ TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecip
 	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors \
 	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election
 
-test: setup
-	$(PY) -m ruff check zkrecipes tests bench
+# the kazoo seam is also tested on the oldest kazoo that setup.cfg allows
+KAZOO_OLDEST := 2.9.0
+OLDEST_KAZOO_DIR := .venv/kazoo-$(KAZOO_OLDEST)
+
+$(OLDEST_KAZOO_DIR):
+	rm -rf $@.tmp && $(PY) -m pip install -q --disable-pip-version-check --target $@.tmp kazoo==$(KAZOO_OLDEST) six
+	mv $@.tmp $@
+
+test: setup $(OLDEST_KAZOO_DIR)
+	$(PY) -m ruff check zkrecipes tests bench lab
 	$(PY) -m mypy --strict $(addprefix -m ,$(TYPED))
 	$(PY) -m pytest -p no:cacheprovider -q tests/unit
+	ZKRECIPES_EXPECT_KAZOO=$(KAZOO_OLDEST) PYTHONPATH=$(OLDEST_KAZOO_DIR) \
+		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
 	$(MAKE) --no-print-directory docs
 
@@ -40,7 +50,7 @@ bench: setup
 
 safety: setup
 	@bash scripts/safety-setup.sh
-	$(PY) -m zkrecipes.testing.chaos --long --out docs/safety-results
+	$(PY) -m lab.run --long --out docs/safety-results
 
 clean:
 	rm -rf .venv docs/_build build *.egg-info

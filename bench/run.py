@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness, measures, report  # noqa: E402
+from lab.redis_server import RedisServer, redis_version  # noqa: E402
 
 FULL = {
     "uncontended": {"ops": 80, "blocks": 5},
@@ -138,12 +139,12 @@ def main(argv=None) -> int:
     try:
         if redis_reason is None:
             for fsync in (False, True):
-                s = harness.RedisServer(fsync_always=fsync)
+                s = RedisServer(fsync_always=fsync)
                 servers.append(s)
                 s.__enter__()
             redis_ports = [(measures.REDIS, servers[0].port), (measures.REDIS_FSYNC, servers[1].port)]
             redis_desc = (
-                f"redis-server {harness.redis_version()} on loopback, one unreplicated server; "
+                f"redis-server {redis_version()} on loopback, one unreplicated server; "
                 "plain (no persistence) and appendfsync always"
             )
         else:

@@ -9,7 +9,17 @@ from typing import Callable, Optional
 import pytest
 from kazoo.exceptions import NoNodeError
 
+from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock
 from zkrecipes.testing import four_letter
+
+# every lock recipe by name: make(client, path, **kwargs) -> lock
+RECIPES = {
+    "fair": FairLock,
+    "exclusive": ExclusiveLock,
+    "rw-write": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).write(),
+    "rw-read": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).read(),
+}
+MUTEXES = ("exclusive", "fair", "rw-write")  # the conftest fixture ``make_lock`` runs a test once per mutex
 
 # Reconnect quickly once a link comes back (kazoo's default backoff grows to a minute).
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.3}

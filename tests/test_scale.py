@@ -11,17 +11,10 @@ import weakref
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError
-from lockhelpers import children, wait_until
+from lockhelpers import RECIPES, children, wait_until
 from test_locks import record_requests
 
-from zkrecipes import ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, _gate
-
-RECIPES = {
-    "fair": FairLock,
-    "exclusive": ExclusiveLock,
-    "rw-read": lambda zk, path: ReadWriteLock(zk, path).read(),
-    "rw-write": lambda zk, path: ReadWriteLock(zk, path).write(),
-}
+from zkrecipes import ExclusiveLock, FairLock, LeaderElection, _gate
 
 
 def zkrecipes_objects() -> int:

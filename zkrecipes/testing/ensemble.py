@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import glob
 import logging
 import os
@@ -23,6 +22,8 @@ import threading
 import time
 import weakref
 from typing import Optional, Sequence
+
+from ._proc import die_with_parent
 
 log = logging.getLogger("zkrecipes.testing.ensemble")
 
@@ -106,14 +107,6 @@ def _server_mode(port: int) -> Optional[str]:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 _live: "weakref.WeakSet[Ensemble]" = weakref.WeakSet()
@@ -265,7 +258,7 @@ class Ensemble:
             stdout=logf,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if main else None,
+            preexec_fn=die_with_parent if main else None,
         )
         if self._logs[i]:
             self._logs[i].close()
