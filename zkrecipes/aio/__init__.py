@@ -6,7 +6,7 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 ``KazooClient`` with its default threading handler.
 """
 
-from ._lock import ExclusiveLock, FairLock, Lock, ReadLock, ReadWriteLock, WriteLock
+from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
 
-__all__ = ["ExclusiveLock", "FairLock", "LeaderElection", "Lock", "ReadLock", "ReadWriteLock", "WriteLock"]
+__all__ = ["ExclusiveLock", "FairLock", "LeaderElection", "ReadLock", "ReadWriteLock", "WriteLock"]

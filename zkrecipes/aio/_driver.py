@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type
 
@@ -406,7 +405,3 @@ async def contenders(client: KazooClient, path: str) -> List[Contender]:
             continue
         out.append(naming.contender(n, data))
     return out
-
-
-def on_loop_thread(loop: Optional[asyncio.AbstractEventLoop], thread: Optional[int]) -> bool:
-    return loop is not None and thread == threading.get_ident()
