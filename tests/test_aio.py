@@ -410,6 +410,84 @@ def test_release_during_a_long_cut_reports_the_loss(zk_ensemble, zk_factory):
         run(body)
 
 
+STALL_CHILD = """
+import asyncio, json, sys
+from kazoo.client import KazooClient
+from zkrecipes import LockLost, aio
+
+hosts, recipe, timeout = sys.argv[1], sys.argv[2], float(sys.argv[3])
+
+async def main():
+    zk = KazooClient(hosts=hosts, timeout=timeout)
+    zk.start(timeout=30)
+    if recipe == "election":
+        holder = aio.LeaderElection(zk, "/stall")
+        assert await holder.campaign(timeout=30)
+        held = lambda: holder.is_leader
+    else:
+        holder = aio.FairLock(zk, "/stall")
+        assert await holder.acquire(timeout=30)
+        held = lambda: holder.is_held
+    print(json.dumps({"node": holder.node}), flush=True)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.readline)  # frozen here; resumed and told to go
+    first = held()
+    try:
+        await holder.check()
+        checked = "passed"
+    except LockLost as exc:
+        checked = "LockLost: " + str(exc)
+    for _ in range(500 if checked == "passed" else 0):  # the session thread re-confirms once it runs again
+        if held():
+            break
+        await asyncio.sleep(0.01)
+    print(json.dumps({"held": first, "check": checked, "after": held()}), flush=True)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("recipe", ["fair", "election"])
+@pytest.mark.parametrize("frozen_past_expiry", [True, False])
+def test_a_stalled_process_distrusts_its_hold_until_zookeeper_confirms(
+    zk_ensemble, zk_namespace, zk, recipe, frozen_past_expiry
+):
+    """SIGSTOP a process holding an aio lock: resumed past its session's expiry, its first is_held is
+    False and check() raises; after a shorter stall, check() asks ZooKeeper (awaited) and passes."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    timeout = 2.0 if frozen_past_expiry else 4.0
+    proc = subprocess.Popen([sys.executable, "-c", STALL_CHILD, zk_ensemble.hosts + zk_namespace, recipe,
+                             str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        node = json.loads(proc.stdout.readline())["node"]
+        os.kill(proc.pid, signal.SIGSTOP)
+        if frozen_past_expiry:
+            deadline = time.monotonic() + 20
+            while zk.exists(node) is not None:
+                assert time.monotonic() < deadline, "the server never expired the frozen session"
+                time.sleep(0.05)
+        else:
+            time.sleep(2.0)  # the fault itself: a 2 s freeze, past the stall limit (4/3 s), not the session
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        seen = json.loads(proc.stdout.readline())
+        if frozen_past_expiry:
+            assert seen["held"] is False and seen["check"].startswith("LockLost") and not seen["after"], seen
+        else:
+            assert seen["check"] == "passed" and seen["after"] is True, seen
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGCONT)
+            proc.kill()
+        proc.wait(30)
+
+
 # -- election ----------------------------------------------------------------------------------------
 def test_election_handover_and_run(zk_factory):
     a, b = zk_factory(), zk_factory()
