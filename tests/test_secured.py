@@ -366,6 +366,15 @@ def test_cli_digest_identity_guards_the_lock(zk_ensemble, zk_namespace, zk_facto
         out.close()
 
 
+def test_demo_passes_sasl_and_a_digest_identity_to_its_workers(zk_sasl_ensemble):
+    done, _ = run_cli("demo", "--hosts", zk_sasl_ensemble.hosts, "--seconds", "6", "--workers", "2",
+                      "--sasl-user", "alice", "--auth", "digest:team", timeout=120,
+                      env=cli_env(ZK_SASL_PASSWORD=zk_sasl_ensemble.sasl_users["alice"], ZK_AUTH_PASSWORD=TEAM[1]))
+    assert done.returncode == 0, done.stdout + done.stderr
+    # workers without the SASL login would be refused by this server: every check passing means they had it
+    assert done.stdout.rstrip().endswith("verdict: PASS, every check held")
+
+
 # -- options refused before any ZooKeeper call --------------------------------------------------------------
 @pytest.mark.parametrize("args, env, message", [
     (["--auth", "digest:bob:pw"], {}, "zkrecipes: --auth digest:bob:...: no password on the command line (every "

@@ -242,9 +242,9 @@ def _check_tls(ca: Optional[str], cert: Optional[str], key: Optional[str], passw
     except _NoPassword:
         raise ConnectError(f"the TLS key {key or cert!r} is encrypted: set ZK_TLS_KEY_PASSWORD", EXIT_USAGE) from None
     except (ssl.SSLError, OSError) as exc:
-        what = "wrong ZK_TLS_KEY_PASSWORD, or a " if password else ""
-        raise ConnectError(f"bad TLS client certificate/key {cert!r}/{key or cert!r}: {what}certificate and key "
-                           f"that are not PEM or do not match ({exc})", EXIT_USAGE) from None
+        what = "wrong ZK_TLS_KEY_PASSWORD, or " if password else ""
+        raise ConnectError(f"bad TLS client certificate/key {cert!r}/{key or cert!r}: {what}not PEM, or the key "
+                           f"does not match the certificate ({exc})", EXIT_USAGE) from None
 
 
 class _NoPassword(Exception):

@@ -24,7 +24,7 @@ import time
 import weakref
 from typing import Dict, Mapping, Optional, Sequence
 
-from . import secure
+from . import _secure as secure
 
 log = logging.getLogger("zkrecipes.testing.ensemble")
 
