@@ -106,6 +106,6 @@ def test_the_settings_serve_mutual_tls_on_a_real_server(compose, tmp_path):
             client.close()
         anonymous = KazooClient(hosts=hosts, use_ssl=True, ca=str(tls / "ca.pem"))
         with pytest.raises(KazooTimeoutError):
-            anonymous.start(timeout=2)  # refused in every handshake until the timeout
+            anonymous.start(timeout=1.5)  # refused in every handshake until the timeout
     finally:
         ens.close()

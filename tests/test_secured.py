@@ -28,7 +28,7 @@ from zkrecipes.testing import Ensemble
 _SCRIPT = Path(sys.executable).with_name("zkrecipes")
 ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkrecipes.cli"]
 DEADLINE = 30.0
-CONNECT_TIMEOUT = 3.0
+CONNECT_TIMEOUT = 2.0
 STARTUP = 15.0  # a Python process starting on a busy 2-core machine, on top of the connect timeout
 
 # a command for ``zkrecipes lock``: prints its token, holds until the file in argv[1] exists
@@ -202,7 +202,7 @@ def test_cli_without_a_client_certificate_is_refused(zk_tls_ensemble):
                          zk_tls_ensemble.client_tls["ca"], "--connect-timeout", str(CONNECT_TIMEOUT), "--", "true")
     assert done.returncode == 69
     line = one_line(done.stderr)
-    assert line.startswith(f"zkrecipes: cannot reach ZooKeeper at {zk_tls_ensemble.secure_hosts} within 3 s: "
+    assert line.startswith(f"zkrecipes: cannot reach ZooKeeper at {zk_tls_ensemble.secure_hosts} within 2 s: "
                            "TLS handshake failed"), line
     assert "does the server want a client certificate (--tls-cert/--tls-key)?" in line
     assert took < CONNECT_TIMEOUT + STARTUP
@@ -213,7 +213,7 @@ def test_cli_without_tls_on_a_tls_port_is_told_so(zk_tls_ensemble):
                          "--connect-timeout", str(CONNECT_TIMEOUT))
     assert done.returncode == 69
     assert one_line(done.stderr) == (f"zkrecipes: cannot reach ZooKeeper at {zk_tls_ensemble.secure_hosts} within "
-                                     "3 s: the server closed each connection at once; is it a TLS port (--tls-ca)?")
+                                     "2 s: the server closed each connection at once; is it a TLS port (--tls-ca)?")
     assert took < CONNECT_TIMEOUT + STARTUP
 
 
