@@ -23,7 +23,7 @@ from kazoo.security import READ_ACL_UNSAFE, make_digest_acl
 from lockhelpers import children, wait_until
 
 from zkrecipes import FairLock, LeaderElection, ReadWriteLock
-from zkrecipes.testing import Ensemble
+from zkrecipes.testing import Ensemble, _secure
 
 _SCRIPT = Path(sys.executable).with_name("zkrecipes")
 ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkrecipes.cli"]
@@ -279,6 +279,57 @@ def test_a_recipe_on_a_refused_sasl_login_raises_not_times_out(zk_sasl_ensemble)
     finally:
         client.stop()
         client.close()
+
+
+FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.3}
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # kazoo 2.11, see above
+def test_a_login_refused_on_reconnecting_ends_holds_and_waits_at_once(tmp_path):
+    """The server restarts with bob's password changed: a CLI holder is told its hold is lost (75) and a
+    waiting acquire raises, long before their timeouts."""
+    ens = Ensemble(size=1, sasl_users={"bob": "old-password"}).start()
+    release, holder, waiter_client = tmp_path / "release", None, None
+    try:
+        script, out, err = tmp_path / "hold.py", tmp_path / "holder.out", tmp_path / "holder.err"
+        script.write_text(HOLD)
+        with open(out, "w") as o, open(err, "w") as e:
+            holder = subprocess.Popen(ZKRECIPES + ["lock", "/q", "--sasl-user", "bob", "--grace", "1", "--",
+                                                   sys.executable, str(script), str(release)],
+                                      stdout=o, stderr=e, stdin=subprocess.DEVNULL,
+                                      env=cli_env(ZK_HOSTS=ens.hosts, ZK_SASL_PASSWORD="old-password"))
+        wait_until(lambda: out.read_text().startswith("held"), DEADLINE, "the CLI holds the lock")
+        waiter_client = KazooClient(hosts=ens.hosts, timeout=10.0, connection_retry=FAST_RECONNECT,
+                                    **ens.client_sasl("bob"))
+        waiter_client.start(timeout=DEADLINE)
+        outcome: list = []
+
+        def wait() -> None:
+            try:
+                outcome.append(FairLock(waiter_client, "/q").acquire(timeout=120))
+            except Exception as exc:
+                outcome.append(exc)
+
+        t = threading.Thread(target=wait)
+        t.start()
+        wait_until(lambda: len(children(waiter_client, "/q")) == 2, DEADLINE, "the waiter queues")
+        _secure.write_jaas(os.path.join(ens.workdir, "jaas.conf"), {"bob": "new-password"})
+        ens.stop(0)
+        ens.start(0)
+        t.join(DEADLINE)
+        assert len(outcome) == 1 and isinstance(outcome[0], (ConnectionClosedError, AuthFailedError)), outcome
+        assert holder.wait(DEADLINE) == 75
+        assert one_line(err.read_text()) == (
+            "zkrecipes: lost the lock on /q: the ZooKeeper client gave up reconnecting (was its login refused?)")
+    finally:
+        release.touch()
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        if waiter_client is not None:
+            waiter_client.stop()
+            waiter_client.close()
+        ens.close()
 
 
 # -- digest ACLs -----------------------------------------------------------------------------------------

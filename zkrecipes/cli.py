@@ -193,6 +193,8 @@ def _loss_reason(client, what: str) -> str:
     """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
     if client.connected:
         return f"{what}: the ZooKeeper session expired"
+    if client.client_state in ("CLOSED", "AUTH_FAILED"):  # kazoo gave up: e.g. its login refused on reconnecting
+        return f"{what}: the ZooKeeper client gave up reconnecting (was its login refused?)"
     from ._kazoo import session_timeout
 
     timeout = session_timeout(client)
