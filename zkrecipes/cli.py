@@ -8,6 +8,7 @@ of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
 usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
 out waiting, or the hold was lost while the command ran (it got SIGTERM, then SIGKILL after ``--grace``);
+77 authentication required or refused, or an ACL does not allow what was asked;
 126/127 command not executable / not found; 130 interrupted (SIGINT), 143 terminated (SIGTERM) while waiting.
 """
 
@@ -22,7 +23,6 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
 from typing import Callable, Optional, Sequence
 
 EXIT_FAILED = 1
@@ -30,6 +30,7 @@ EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 69
 EXIT_SOFTWARE = 70
 EXIT_TEMPFAIL = 75
+EXIT_NOPERM = 77
 EXIT_NOEXEC = 126
 EXIT_NOTFOUND = 127
 EXIT_INTERRUPTED = 130
@@ -43,6 +44,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
   {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
   {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership was lost while the command ran
+  {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
   {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
 
@@ -81,41 +83,45 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 # -- connection --------------------------------------------------------------------------------------
-def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float):
-    """A started KazooClient, or CliError naming the hosts and the time waited."""
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
+def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float, security=None):
+    """A started KazooClient (with ``security``, a :class:`zkrecipes._connect.Security`), or CliError naming
+    the hosts and the time waited (69), or the authentication that failed (77)."""
+    from . import _connect
 
     source = "--hosts"
     if not hosts:
         hosts, source = os.environ.get("ZK_HOSTS"), "ZK_HOSTS"
     if not hosts:
         raise _fail("no ZooKeeper hosts: pass --hosts H or set ZK_HOSTS (e.g. 127.0.0.1:2181)", EXIT_USAGE)
+    security = security or _connect.Security()
     try:
-        client = KazooClient(hosts=hosts, timeout=session_timeout)
+        client = _connect.new_client(hosts, session_timeout, security)
     except (ValueError, TypeError) as exc:
         raise _fail(f"bad {source} {hosts!r}: {exc}", EXIT_USAGE) from None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # kazoo's chroot warning: reported below as one line
-            client.start(timeout=connect_timeout)
-    except KazooTimeoutError:
+        root = _connect.start(client, hosts, connect_timeout, security)
+    except _connect.ConnectError as exc:
         _close(client)
-        raise _fail(f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g} s", EXIT_UNAVAILABLE) from None
+        raise _fail(str(exc), exc.code) from None
     except BaseException:
         _close(client)
         raise
-    if client.chroot:
-        try:
-            missing = client.exists("/") is None
-        except BaseException:
-            _close(client)
-            raise
-        if missing:
-            _close(client)
-            raise _fail(f"chroot {client.chroot} does not exist on ZooKeeper at {hosts}: create it first, or leave "
-                        f"it out of {source}", EXIT_USAGE)
+    if client.chroot and root is None:
+        _close(client)
+        raise _fail(f"chroot {client.chroot} does not exist on ZooKeeper at {hosts}: create it first, or leave "
+                    f"it out of {source}", EXIT_USAGE)
     return client
+
+
+def _security(args):
+    """The TLS/SASL/auth settings of ``args`` and the environment (kept on ``args`` for error messages)."""
+    from . import _connect
+
+    try:
+        args.security = _connect.from_args(args)
+    except _connect.ConnectError as exc:
+        raise _fail(str(exc), exc.code) from None
+    return args.security
 
 
 def _close(client) -> None:
@@ -187,6 +193,8 @@ def _loss_reason(client, what: str) -> str:
     """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
     if client.connected:
         return f"{what}: the ZooKeeper session expired"
+    if client.client_state in ("CLOSED", "AUTH_FAILED"):  # kazoo gave up: e.g. its login refused on reconnecting
+        return f"{what}: the ZooKeeper client gave up reconnecting (was its login refused?)"
     from ._kazoo import session_timeout
 
     timeout = session_timeout(client)
@@ -263,12 +271,13 @@ def cmd_lock(args) -> int:
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "lock")
     identifier = _check_identifier(args.identifier)
-    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    security = _security(args)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
         if args.exclusive:
-            lock = ExclusiveLock(client, path, identifier)
+            lock = ExclusiveLock(client, path, identifier, acl=security.acl())
         else:
-            rw = ReadWriteLock(client, path, identifier)
+            rw = ReadWriteLock(client, path, identifier, acl=security.acl())
             lock = rw.read() if args.read else rw.write()
         progress = Progress(client, path, args.exclusive, args.progress or sys.stderr.isatty())
         try:
@@ -303,8 +312,9 @@ def cmd_elect(args) -> int:
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "elect")
     identifier = _check_identifier(args.identifier)
-    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
-    election = LeaderElection(client, path, identifier)
+    security = _security(args)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
+    election = LeaderElection(client, path, identifier, acl=security.acl())
     try:
         while True:
             try:
@@ -397,7 +407,7 @@ def cmd_status(args) -> int:
     from kazoo.exceptions import NoNodeError
 
     path = _check_path(args.path)
-    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
     try:
         if not args.watch:
             rows = queue_status(client, path)
@@ -471,6 +481,8 @@ def _positive(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import _connect
+
     p = argparse.ArgumentParser(
         prog="zkrecipes",
         description="ZooKeeper locks and leader election from the shell.",
@@ -487,6 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="give up reaching ZooKeeper after S seconds (default 10)")
         sp.add_argument("--session-timeout", type=_positive, default=session_default, metavar="S",
                         help="ZooKeeper session timeout; a hold suspended this long is lost (default 10)")
+        _connect.add_options(sp)
 
     fmt = argparse.RawDescriptionHelpFormatter
     lk = sub.add_parser("lock", help="run CMD while holding a lock", epilog=EXIT_CODES, formatter_class=fmt,
@@ -529,6 +542,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--hosts", help="use this ensemble instead of starting one")
     dm.add_argument("--workers", type=int, default=3, metavar="N", help="worker processes per recipe (default 3)")
     dm.add_argument("--seconds", type=_positive, default=20.0, metavar="S", help="length of the run (default 20)")
+    _connect.add_options(dm)
     dm.set_defaults(func=cmd_demo, parser=dm)
     return p
 
@@ -542,7 +556,8 @@ def cmd_demo(args) -> int:
         raise _fail(f"--seconds must be at least {MIN_SECONDS:g} (a failover takes a session timeout), "
                     f"got {args.seconds:g}", EXIT_USAGE)
     try:
-        return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout)
+        return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout,
+                        security=_security(args))
     except Terminated:
         raise _fail("demo terminated", EXIT_TERMINATED) from None
 
@@ -565,6 +580,11 @@ def _setup_logging() -> None:
         print(f"zkrecipes: ignoring ZKRECIPES_LOG={level!r} (use debug, info, warning or error)", file=sys.stderr)
         level = "WARNING"
     logging.basicConfig(level=level.upper(), format=fmt)
+
+
+def _thread_error(hook_args) -> None:
+    log.debug("thread %s died", getattr(hook_args.thread, "name", "?"),
+              exc_info=(hook_args.exc_type, hook_args.exc_value, hook_args.exc_traceback))
 
 
 def _split_command(argv: list) -> tuple:
@@ -594,6 +614,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``zkrecipes`` console script; returns the exit status."""
     _setup_logging()
     args = _parse(list(sys.argv[1:] if argv is None else argv))
+    threading.excepthook = _thread_error  # kazoo's I/O thread dies on some SASL refusals: no traceback
     old = {s: signal.signal(s, _terminate) for s in _STOP_SIGNALS}
     try:
         return args.func(args)
@@ -609,6 +630,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as exc:
         from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError
 
+        from . import _connect
+
+        denied = _connect.failure(exc, getattr(args, "security", None) or _connect.Security(),
+                                  getattr(args, "path", None) or "ZooKeeper")
+        if denied is not None:
+            print(f"zkrecipes: {denied[0]}", file=sys.stderr)
+            return denied[1]
         if isinstance(exc, (ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError)):
             print(f"zkrecipes: lost the connection to ZooKeeper ({type(exc).__name__})", file=sys.stderr)
             return EXIT_UNAVAILABLE

@@ -36,10 +36,12 @@ WAIT_LIMIT = 30.0  # for a leader to appear / a worker to stop
 def _worker(role: str, hosts: str, path: str, out: str, index: int) -> None:
     from kazoo.client import KazooClient
 
-    from . import FairLock, LeaderElection, LockLost, ReadWriteLock
+    from . import FairLock, LeaderElection, LockLost, ReadWriteLock, _connect
 
     rnd = random.Random(index)
-    client = KazooClient(hosts=hosts, timeout=SESSION_TIMEOUT)
+    security = _connect.from_args()  # the parent passed its TLS/SASL/auth settings in our environment
+    acl = security.acl()
+    client = KazooClient(hosts=hosts, timeout=SESSION_TIMEOUT, **security.kazoo_kwargs())
     client.start(timeout=WAIT_LIMIT)
     stop = threading.Event()
     cancellers: list = []
@@ -60,7 +62,7 @@ def _worker(role: str, hosts: str, path: str, out: str, index: int) -> None:
             f.write(json.dumps({"t": time.monotonic(), "w": name, "pid": os.getpid(), "ev": ev, **kw}) + "\n")
 
         if role == "fair":
-            lock = FairLock(client, f"{path}/fair", identifier=name)
+            lock = FairLock(client, f"{path}/fair", identifier=name, acl=acl)
             cancellers.append(lock.cancel)
             while not stop.is_set():
                 if not lock.acquire():
@@ -72,7 +74,7 @@ def _worker(role: str, hosts: str, path: str, out: str, index: int) -> None:
                 rec("release", lost=lock.lost.is_set())
                 lock.release()
         elif role == "rw":
-            rw = ReadWriteLock(client, f"{path}/rw", identifier=name)
+            rw = ReadWriteLock(client, f"{path}/rw", identifier=name, acl=acl)
             cancellers.extend([rw.read().cancel, rw.write().cancel])
             while not stop.is_set():
                 side = rw.write() if rnd.random() < 0.25 else rw.read()
@@ -84,7 +86,7 @@ def _worker(role: str, hosts: str, path: str, out: str, index: int) -> None:
                 rec("release", kind=kind)
                 side.release()
         elif role == "elect":
-            election = LeaderElection(client, f"{path}/election", identifier=name)
+            election = LeaderElection(client, f"{path}/election", identifier=name, acl=acl)
             cancellers.append(election.cancel)
 
             def lead() -> None:
@@ -107,8 +109,10 @@ def _worker(role: str, hosts: str, path: str, out: str, index: int) -> None:
 
 
 # -- the run -----------------------------------------------------------------------------------------
-def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) -> int:
-    """Run the demo for about ``seconds`` and print its verdict; 0 when every check passed, 1 otherwise."""
+def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO, security=None) -> int:
+    """Run the demo for about ``seconds`` and print its verdict; 0 when every check passed, 1 otherwise.
+    ``security`` (TLS/SASL/auth for ``hosts``) is passed on to the workers in their environment."""
+    from . import _connect
     from .cli import EXIT_UNAVAILABLE, CliError, connect
 
     hosts = hosts or os.environ.get("ZK_HOSTS")
@@ -120,6 +124,7 @@ def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) ->
         out.flush()
 
     if not hosts:
+        security = None  # our own ensemble is an open one
         from .testing import Ensemble, ZooKeeperNotFound
 
         say("starting a local 3-server ZooKeeper ensemble ...")
@@ -134,7 +139,8 @@ def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) ->
     procs: list = []
     client = None
     try:
-        client = connect(hosts, 10.0, 10.0)
+        client = connect(hosts, 10.0, 10.0, security)
+        worker_env = dict(os.environ, **(security or _connect.Security()).env())
         say(f"{workers} workers each on a FairLock, a ReadWriteLock and a LeaderElection under {path}, "
             f"about {seconds:g} s")
         start = time.monotonic()
@@ -142,7 +148,7 @@ def run_demo(hosts: Optional[str], workers: int, seconds: float, out: TextIO) ->
             for i in range(workers):
                 cmd = [sys.executable, "-m", "zkrecipes.demo", "worker", role, hosts, path,
                        os.path.join(tmp, f"{role}-{i}.jsonl"), str(i)]
-                procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE))
+                procs.append(subprocess.Popen(cmd, stdin=subprocess.PIPE, env=worker_env))
         from . import LeaderElection
 
         observer = LeaderElection(client, f"{path}/election")

@@ -21,7 +21,9 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
+
+from . import _secure as secure
 
 from ._proc import die_with_parent
 
@@ -126,6 +128,13 @@ class Ensemble:
     skips the fsync per write (fine for tests, not for benchmarks that claim disk latency).
     ``stop(i)``/``kill(i)``/``start(i)`` take server index ``i`` (0-based); ``leader()`` is the index of
     the current ZooKeeper leader. Everything started is stopped and deleted by :meth:`close`.
+
+    Secured ensembles (see :doc:`/security`): ``tls=True`` makes a throwaway CA and certificates
+    (``openssl``, ``keytool``) and has every server also listen with mutual TLS on ``secure_hosts``
+    (the Netty server; ``client_tls`` holds a client's KazooClient keyword arguments); the plain ``hosts``
+    stay open. ``sasl_users={"bob": "pw"}`` makes every server require SASL DIGEST-MD5 from each session
+    (``enforce.auth``, ZooKeeper >= 3.7) for those users; ``client_sasl("bob")`` gives the keyword
+    arguments (needs the ``pure-sasl`` package).
     """
 
     def __init__(
@@ -139,7 +148,12 @@ class Ensemble:
         jvm_opts: Sequence[str] = ("-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"),
         classpath: Optional[str] = None,
         workdir: Optional[str] = None,
+        tls: bool = False,
+        sasl_users: Optional[Mapping[str, str]] = None,
     ) -> None:
+        if not isinstance(tls, bool):
+            raise ValueError(f"tls must be a bool, got {tls!r}")
+        self.sasl_users: Optional[Dict[str, str]] = None if sasl_users is None else secure.check_users(sasl_users)
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
         if not isinstance(tick_ms, int) or tick_ms < 10:
@@ -154,9 +168,22 @@ class Ensemble:
         self.java = find_java()
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="zkrecipes-ensemble-")
-        ports = free_ports(3 * size)
-        self.client_ports = ports[0::3]
-        self._peer_ports = list(zip(ports[1::3], ports[2::3]))
+        ports = free_ports(3 * size + (size if tls else 0))  # one batch: no port handed out twice
+        self.client_ports = ports[0:3 * size:3]
+        self._peer_ports = list(zip(ports[1:3 * size:3], ports[2:3 * size:3]))
+        self.secure_ports: list[int] = ports[3 * size:]
+        self._tls: Optional[secure.TlsFiles] = None
+        if tls:
+            if "netty" not in self.classpath:  # Debian's zookeeper.jar alone: add its Netty jars
+                self.classpath = os.pathsep.join([self.classpath, *secure.netty_classpath()])
+            try:
+                self._tls = secure.make_tls(os.path.join(self.workdir, "tls"))
+            except BaseException:
+                if self._own_dir:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                raise
+        if self.sasl_users:
+            secure.write_jaas(os.path.join(self.workdir, "jaas.conf"), self.sasl_users)
         self._procs: list[Optional[subprocess.Popen]] = [None] * size
         self._logs: list = [None] * size
         self._lock = threading.RLock()
@@ -169,6 +196,33 @@ class Ensemble:
     def hosts(self) -> str:
         """Connect string of all servers, e.g. ``127.0.0.1:41231,127.0.0.1:41234,...``."""
         return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    @property
+    def secure_hosts(self) -> str:
+        """Connect string of the mutual-TLS ports (``tls=True`` only)."""
+        self._need_tls()
+        return ",".join(f"127.0.0.1:{p}" for p in self.secure_ports)
+
+    @property
+    def client_tls(self) -> Dict[str, object]:
+        """KazooClient keyword arguments for a TLS client with the client certificate (``tls=True`` only):
+        ``use_ssl``, ``ca``, ``certfile``, ``keyfile``, ``verify_certs``."""
+        return self._need_tls().client_kwargs()
+
+    def client_sasl(self, user: Optional[str] = None) -> Dict[str, object]:
+        """KazooClient keyword arguments (``sasl_options``) to log in as ``user`` (default: the first of
+        ``sasl_users``) over DIGEST-MD5."""
+        if not self.sasl_users:
+            raise ValueError("this ensemble was started without sasl_users")
+        user = next(iter(self.sasl_users)) if user is None else user
+        if user not in self.sasl_users:
+            raise ValueError(f"no SASL user {user!r} in this ensemble (it has {sorted(self.sasl_users)})")
+        return {"sasl_options": {"mechanism": "DIGEST-MD5", "username": user, "password": self.sasl_users[user]}}
+
+    def _need_tls(self) -> secure.TlsFiles:
+        if self._tls is None:
+            raise ValueError("this ensemble was started without tls=True")
+        return self._tls
 
     def host(self, i: int) -> str:
         """Connect string of server ``i`` alone."""
@@ -198,6 +252,10 @@ class Ensemble:
                 "maxClientCnxns=0",
                 "autopurge.purgeInterval=0",
             ]
+            if self._tls is not None:
+                lines += self._tls.server_config(self.secure_ports[i])
+            if self.sasl_users:
+                lines += secure.SASL_CONFIG
             if self.size > 1:
                 lines.append("standaloneEnabled=false")
                 for j, (qp, ep) in enumerate(self._peer_ports):
@@ -246,6 +304,8 @@ class Ensemble:
             f"-Dzookeeper.log.dir={d}",
             "-Dznode.container.checkIntervalMs=500",
             "-Dzookeeper.admin.enableServer=false",
+            *([f"-Djava.security.auth.login.config={os.path.join(self.workdir, 'jaas.conf')}"]
+              if self.sasl_users else []),
             "-cp",
             self.classpath,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
