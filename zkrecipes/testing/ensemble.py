@@ -24,7 +24,6 @@ import weakref
 from typing import Dict, Mapping, Optional, Sequence
 
 from . import _secure as secure
-
 from ._proc import die_with_parent
 
 log = logging.getLogger("zkrecipes.testing.ensemble")
