@@ -18,7 +18,8 @@ unit: setup
 # the recipes and their engine (cli, demo and the testing kit are not yet strict-clean)
 TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecipes._gate zkrecipes._lock \
 	zkrecipes._participant zkrecipes.fair zkrecipes.exclusive zkrecipes.rwlock zkrecipes.election \
-	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors
+	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors \
+	zkrecipes.semaphore zkrecipes.transaction
 
 # the kazoo seam is also tested on the oldest kazoo that setup.cfg allows
 KAZOO_OLDEST := 2.9.0
