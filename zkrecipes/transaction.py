@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, NoReturn
 
 from kazoo.client import TransactionRequest
-from kazoo.exceptions import ConnectionClosedError, SessionExpiredError
+from kazoo.exceptions import ConnectionClosedError, RolledBackError, SessionExpiredError
 
 from . import _kazoo
 from .errors import LockLost
@@ -57,8 +57,8 @@ class HeldTransaction(TransactionRequest):  # type: ignore[misc]  # kazoo is unt
             raise LockLost(f"{where}: the session ended; transaction not applied") from exc
         if len(results) != len(self.operations) + 1:
             raise LockLost(f"{where}: sent in a new session (ours expired); transaction not applied")
-        fence = results[0]
-        if isinstance(fence, BaseException):
+        fence = results[0]  # True, or RolledBackError if it passed and one of the user's ops failed
+        if isinstance(fence, BaseException) and not isinstance(fence, RolledBackError):
             hold.mark_lost()  # our node is gone: whoever deleted it, the hold no longer protects anything
             raise LockLost(f"{where}: our node is gone; transaction not applied") from fence
         return list(results[1:])
