@@ -235,6 +235,24 @@ def markdown(result: dict) -> str:
             f"{_req(r['requests_per_acquire'])} | {_f(r['notifications_per_release'])} "
             f"| {r['min_max_per_thread'][0]}–{r['min_max_per_thread'][1]} |"
         )
+    se = result.get("semaphore")
+    if se:
+        lines += [
+            "",
+            f"### 6. Semaphore ({se['mode']}; N holders, W waiters, the longest holder releases at a quiet point, "
+            "counted at the clients)",
+            "",
+            "| implementation | N | W | notifications per release (min–max) | ZK requests per release+handoff+re-queue "
+            "| handoff median ms | p99 ms | peak holders |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in se["rows"]:
+            lines.append(
+                f"| {r['impl']} | {r['max_leases']} | {r['waiters']} | {_f(r['notifications_per_release'], 1)} "
+                f"({_f(r['notifications_min'])}–{_f(r['notifications_max'])}) "
+                f"| {_f(r['requests_total_per_cycle'], 1)}: {_req(r['requests_per_cycle'])} "
+                f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {r['peak_holders']} |"
+            )
     pr = result.get("profile")
     if pr:
         lines += [

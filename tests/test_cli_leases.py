@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
-from test_cli import Cli, cli, queue, status_json, wait_until  # noqa: F401 -- cli is a fixture
+import pytest
+from test_cli import Cli, queue, status_json, wait_until
 
 INSIDE_SCRIPT = r'''
 import json, os, sys, time
@@ -27,6 +28,13 @@ os.remove(me)
 with open(log, "a") as f:
     f.write(json.dumps({"pid": os.getpid(), "peak": peak, "token": os.environ["ZKRECIPES_TOKEN"]}) + "\n")
 '''
+
+
+@pytest.fixture
+def cli(zk_ensemble, zk_namespace, tmp_path):
+    c = Cli(zk_ensemble.hosts + zk_namespace, tmp_path)
+    yield c
+    c.close()
 
 
 def test_lock_n2_with_six_processes_never_runs_more_than_two(cli: Cli, zk):
