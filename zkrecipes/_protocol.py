@@ -20,7 +20,7 @@ keeps the last listing minus the nodes it saw go, and never needs to list again)
 
 from __future__ import annotations
 
-from typing import Any, Callable, FrozenSet, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Any, Callable, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import ZnodeStat
@@ -153,7 +153,6 @@ def acquire(
                 else:
                     relist = yield from _wait_any(parent, list(found), ahead, watched)
                 if relist:  # nodes ahead may be gone that we did not watch: list the queue once
-                    watched.clear()
                     listed = yield from _ahead(parent, entry)
                     if listed is None:
                         entry = None  # our node is gone (deleted, or with an expired session)
@@ -187,37 +186,31 @@ def _wait_one(parent: str, blocker: QueueNode, ahead: List[QueueNode]) -> Proto[
 
 
 def _wait_any(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Proto[bool]:
-    """Watch every blocker (adding only the ones not yet watched) and sleep until any goes. Nodes seen
-    gone are dropped from ``ahead``, which stays a superset of the queue ahead of us. True if the queue
-    must be listed again (a driver that cannot say which node went)."""
+    """Watch every blocker (adding only those not watched yet; the others' watches stay) and sleep until
+    any goes; the nodes seen go are dropped from ``ahead``, a superset of the queue ahead of us. True if
+    the queue must be listed again: a blocker was already gone (our listing is old: walking it node by
+    node would cost a read per stale node), or after a deletion nodes ahead remain that no watch of ours
+    vouches for (they may have gone unseen). Otherwise -- every node ahead watched -- no read is needed."""
     paths = {f"{parent}/{b.name}": b for b in blockers}
     if not watched <= paths.keys():
         watched.clear()  # the blockers changed other than by deletion: set every watch afresh
-    gone = False
-    for path, blocker in paths.items():
+    for path in paths:
         if path in watched:
             continue
         if (yield Watch(path, keep=bool(watched))) is None:
-            ahead.remove(blocker)  # already gone: the rule looks again without it
-            gone = True
-        else:
-            watched.add(path)
-    if gone:
-        return False
+            return True
+        watched.add(path)
     deleted = yield SLEEP
     if deleted is True:
         return True
     if not deleted:
         watched.clear()  # woken by the session or a data change: watch again
         return False
-    for path in _deleted_among(deleted, paths):
-        watched.discard(path)
-        ahead.remove(paths[path])
-    return False
-
-
-def _deleted_among(deleted: FrozenSet[str], paths: Any) -> List[str]:
-    return [p for p in paths if p in deleted]
+    for path in paths:
+        if path in deleted:
+            watched.discard(path)
+            ahead.remove(paths[path])
+    return any(f"{parent}/{n.name}" not in watched for n in ahead)
 
 
 def enqueue(

@@ -108,7 +108,7 @@ def new_sem(n: int = 2):
     return p.acquire("/s", [], f"h-S{n}-", b"{}", "guid", nearest_leases)
 
 
-def test_a_lease_watches_its_n_nearest_and_needs_no_read_when_any_goes():
+def test_a_lease_watches_its_n_nearest_and_reads_only_when_unwatched_nodes_remain_ahead():
     gen = new_sem()
     start(gen)
     listing = [lease(1), lease(2), lease(3), lease(4), lease(5)]
@@ -117,18 +117,27 @@ def test_a_lease_watches_its_n_nearest_and_needs_no_read_when_any_goes():
     assert gen.send(SID) == p.Watch("/s/" + lease(3), keep=False)
     assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True)
     assert gen.send(stat(4)) is p.SLEEP
-    # a node further ahead going does not wake us (not watched); one of ours does: no listing needed,
-    # only the next nearest is added to the watch that stays
-    assert gen.send(frozenset({"/s/" + lease(4)})) is p.SESSION
+    # one of ours went; 1 and 2, further ahead, may have gone unseen: one listing, not a read per node
+    assert gen.send(frozenset({"/s/" + lease(4)})) == p.Read("children", "/s")
+    assert gen.send([lease(2), lease(3), lease(5)]) is p.SESSION
+    # the watch on 3 stays; only 2 is added
     assert gen.send(SID) == p.Watch("/s/" + lease(2), keep=True)
     assert gen.send(stat(2)) is p.SLEEP
-    # now two ahead (1 and 2 in our superset; 1 may be gone already): lease 2 and 3 watched
+    # every node ahead is watched: 3 going leaves one ahead, fewer than two: held without a read
     assert gen.send(frozenset({"/s/" + lease(3)})) is p.SESSION
-    assert gen.send(SID) == p.Watch("/s/" + lease(1), keep=True)
-    assert gen.send(None) is p.SESSION  # lease 1 is gone already: one ahead, fewer than two: held
     assert gen.send(SID) is p.STALE
     with pytest.raises(StopIteration):
         gen.send(False)
+
+
+def test_a_blocker_already_gone_makes_a_lease_list_again_not_walk_its_old_listing():
+    gen = new_sem()
+    start(gen)
+    created(gen, (("/s/" + lease(9), stat()), [lease(i) for i in range(1, 10)]))
+    assert gen.send(SID) == p.Watch("/s/" + lease(7))
+    assert gen.send(None) == p.Read("children", "/s")  # gone already: our listing is old
+    assert gen.send([lease(8), lease(9)]) is p.SESSION
+    assert gen.send(SID) is p.STALE
 
 
 def test_a_lease_with_fewer_than_n_ahead_holds_at_once():
