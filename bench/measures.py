@@ -1008,12 +1008,13 @@ SEMAPHORES: dict = {
 }
 
 
-def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, warmup: int) -> dict:
+def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, warmup: int, pick: str) -> dict:
     """``n`` holders and W = len(clients) - n waiters, each re-queueing after its release. Each cycle, at a
-    quiet point, the longest holder releases; the handoff is its release() call -> the next grant, and the
+    quiet point, one holder releases: the ``"oldest"`` (FIFO use) or the ``"newest"`` (the worst case for
+    zkrecipes: the most waiters watch it). The handoff is its release() call -> the next grant; the
     requests and notifications counted until the next quiet point are one release + handoff + re-queue."""
     w = len(clients) - n
-    path = ctx.path(f"sem-{name}-{n}-{w}")
+    path = ctx.path(f"sem-{name}-{n}-{w}-{pick}")
     sems = [SEMAPHORES[name](c, path, n) for c in clients]
     cond = threading.Condition()
     st = SimpleNamespace(holders=collections.deque(), grants=[], stop=False, released_at=None, errors=0, peak=0)
@@ -1053,7 +1054,7 @@ def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, war
             if not cond.wait_for(lambda: len(st.holders) == n, timeout=120):
                 st.errors += 1
                 break
-            victim, seen = st.holders[0], len(st.grants)
+            victim, seen = st.holders[0 if pick == "oldest" else -1], len(st.grants)
         ctx.pool.quiet(clients, settle=0.03, timeout=120)
         before = ctx.counters.snapshot()
         go[victim].set()
@@ -1087,6 +1088,7 @@ def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, war
         "impl": name,
         "max_leases": n,
         "waiters": w,
+        "releaser": pick,
         "handoff": summary(latencies),
         "cycles": len(cycles),
         "notifications_per_release": sum(notes) / nc,
@@ -1102,16 +1104,18 @@ def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, war
 
 
 def semaphore(ctx: Ctx, cases: list, handoffs: int) -> dict:
-    """Semaphore handoff and watch notifications per release, zkrecipes against kazoo's, case by case."""
-    clients = ctx.pool.grow(max(n + w for n, w in cases))
+    """Semaphore handoff and watch notifications per release, zkrecipes against kazoo's, case by case;
+    ``cases`` are (N, W, releaser) with releaser ``"oldest"`` or ``"newest"``."""
+    clients = ctx.pool.grow(max(n + w for n, w, _ in cases))
     rows = []
-    for j, (n, w) in enumerate(cases):
+    for j, (n, w, pick) in enumerate(cases):
         for name in rotate([SEM, K_SEM], j):
-            r = semaphore_run(ctx, name, n, clients[: n + w], handoffs, warmup=n + w)
+            r = semaphore_run(ctx, name, n, clients[: n + w], handoffs, warmup=n + w, pick=pick)
             rows.append(r)
             ctx.log(
-                f"semaphore N={n} W={w} {name}: {r['notifications_per_release']:.1f} notifications/release, "
+                f"semaphore N={n} W={w} {pick} releases, {name}: {r['notifications_per_release']:.1f} "
+                "notifications/release, "
                 f"handoff median {r['handoff']['median_ms'] or 0:.2f} ms, peak holders {r['peak_holders']}"
             )
-    rows.sort(key=lambda r: (r["max_leases"], r["waiters"], r["impl"]))
+    rows.sort(key=lambda r: (r["max_leases"], r["waiters"], r["releaser"], r["impl"]))
     return {"mode": "threads in one process, one KazooClient session each", "rows": rows}

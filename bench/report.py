@@ -239,16 +239,17 @@ def markdown(result: dict) -> str:
     if se:
         lines += [
             "",
-            f"### 6. Semaphore ({se['mode']}; N holders, W waiters, the longest holder releases at a quiet point, "
-            "counted at the clients)",
+            f"### 6. Semaphore ({se['mode']}; N holders, W waiters; at a quiet point the oldest or the newest "
+            "holder releases and re-queues; counted at the clients)",
             "",
-            "| implementation | N | W | notifications per release (min–max) | ZK requests per release+handoff+re-queue "
-            "| handoff median ms | p99 ms | peak holders |",
-            "|---|---|---|---|---|---|---|---|",
+            "| implementation | N | W | releaser | notifications per release (min–max) "
+            "| ZK requests per release+handoff+re-queue | handoff median ms | p99 ms | peak holders |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for r in se["rows"]:
             lines.append(
-                f"| {r['impl']} | {r['max_leases']} | {r['waiters']} | {_f(r['notifications_per_release'], 1)} "
+                f"| {r['impl']} | {r['max_leases']} | {r['waiters']} | {r['releaser']} "
+                f"| {_f(r['notifications_per_release'], 1)} "
                 f"({_f(r['notifications_min'])}–{_f(r['notifications_max'])}) "
                 f"| {_f(r['requests_total_per_cycle'], 1)}: {_req(r['requests_per_cycle'])} "
                 f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {r['peak_holders']} |"

@@ -46,7 +46,10 @@ FULL = {
     },
     "one_client": {"threads": 64, "duration": 2.0, "reps": 3},
     "profile_ops": 300,
-    "semaphore": {"cases": [[2, 10], [2, 100], [5, 100]], "handoffs": 10},
+    "semaphore": {
+        "cases": [[2, 10, "oldest"], [2, 100, "oldest"], [5, 100, "oldest"], [5, 100, "newest"]],
+        "handoffs": 10,
+    },
     "budget_s": 480,  # the herd runs share what is left of it, so that make bench ends within 10 minutes
 }
 
@@ -66,7 +69,7 @@ SMOKE = {
     },
     "one_client": {"threads": 4, "duration": 0.3, "reps": 1},
     "profile_ops": 10,
-    "semaphore": {"cases": [[2, 3]], "handoffs": 3},
+    "semaphore": {"cases": [[2, 3, "oldest"], [2, 3, "newest"]], "handoffs": 3},
     "budget_s": 120,
 }
 
