@@ -1089,7 +1089,7 @@ def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, war
         "max_leases": n,
         "waiters": w,
         "releaser": pick,
-        "handoff": summary(latencies),
+        "handoff_s": latencies,
         "cycles": len(cycles),
         "notifications_per_release": sum(notes) / nc,
         "notifications_min": min(notes) if notes else None,
@@ -1103,19 +1103,50 @@ def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, war
     }
 
 
-def semaphore(ctx: Ctx, cases: list, handoffs: int) -> dict:
-    """Semaphore handoff and watch notifications per release, zkrecipes against kazoo's, case by case;
-    ``cases`` are (N, W, releaser) with releaser ``"oldest"`` or ``"newest"``."""
+def semaphore(ctx: Ctx, cases: list, handoffs: int, reps: int = 1) -> dict:
+    """Semaphore handoff and watch notifications per release, zkrecipes against kazoo's, alternating run by
+    run; ``cases`` are (N, W, releaser) with releaser ``"oldest"`` or ``"newest"``."""
     clients = ctx.pool.grow(max(n + w for n, w, _ in cases))
+    runs = []
+    for rep in range(reps):
+        for j, (n, w, pick) in enumerate(cases):
+            for name in rotate([SEM, K_SEM], j + rep):
+                r = semaphore_run(ctx, name, n, clients[: n + w], handoffs, warmup=n + w, pick=pick)
+                r["latencies"] = r.pop("handoff_s")
+                runs.append(r)
+                ctx.log(
+                    f"semaphore N={n} W={w} {pick} releases, {name} (rep {rep}): "
+                    f"{r['notifications_per_release']:.1f} notifications/release, handoff median "
+                    f"{summary(r['latencies'])['median_ms'] or 0:.2f} ms, peak holders {r['peak_holders']}"
+                )
     rows = []
-    for j, (n, w, pick) in enumerate(cases):
-        for name in rotate([SEM, K_SEM], j):
-            r = semaphore_run(ctx, name, n, clients[: n + w], handoffs, warmup=n + w, pick=pick)
-            rows.append(r)
-            ctx.log(
-                f"semaphore N={n} W={w} {pick} releases, {name}: {r['notifications_per_release']:.1f} "
-                "notifications/release, "
-                f"handoff median {r['handoff']['median_ms'] or 0:.2f} ms, peak holders {r['peak_holders']}"
+    for n, w, pick in cases:
+        base = None
+        for name in (K_SEM, SEM):
+            mine = [r for r in runs if (r["impl"], r["max_leases"], r["waiters"], r["releaser"]) == (name, n, w, pick)]
+            lat = summary([x for r in mine for x in r["latencies"]])
+            if name == K_SEM:
+                base = lat["median_ms"]
+            req: collections.Counter = collections.Counter()
+            for r in mine:
+                req.update({k: v / len(mine) for k, v in r["requests_per_cycle"].items()})
+            rows.append(
+                {
+                    "impl": name,
+                    "max_leases": n,
+                    "waiters": w,
+                    "releaser": pick,
+                    "handoff": lat,
+                    "ratio_to_kazoo": ratio(lat["median_ms"], base),
+                    "cycles": sum(r["cycles"] for r in mine),
+                    "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
+                    "notifications_min": min(r["notifications_min"] for r in mine),
+                    "notifications_max": max(r["notifications_max"] for r in mine),
+                    "requests_per_cycle": dict(sorted(req.items())),
+                    "requests_total_per_cycle": sum(req.values()),
+                    "peak_holders": max(r["peak_holders"] for r in mine),
+                    "errors": sum(r["errors"] for r in mine),
+                    "clean_exit": all(r["clean_exit"] for r in mine),
+                }
             )
-    rows.sort(key=lambda r: (r["max_leases"], r["waiters"], r["releaser"], r["impl"]))
-    return {"mode": "threads in one process, one KazooClient session each", "rows": rows}
+    return {"mode": "threads in one process, one KazooClient session each", "reps": reps, "rows": rows}

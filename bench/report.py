@@ -243,8 +243,8 @@ def markdown(result: dict) -> str:
             "holder releases and re-queues; counted at the clients)",
             "",
             "| implementation | N | W | releaser | notifications per release (min–max) "
-            "| ZK requests per release+handoff+re-queue | handoff median ms | p99 ms | peak holders |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| ZK requests per release+handoff+re-queue | handoff median ms | p99 ms | × kazoo | peak holders |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for r in se["rows"]:
             lines.append(
@@ -252,7 +252,8 @@ def markdown(result: dict) -> str:
                 f"| {_f(r['notifications_per_release'], 1)} "
                 f"({_f(r['notifications_min'])}–{_f(r['notifications_max'])}) "
                 f"| {_f(r['requests_total_per_cycle'], 1)}: {_req(r['requests_per_cycle'])} "
-                f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {r['peak_holders']} |"
+                f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {_f(r['ratio_to_kazoo'])} "
+                f"| {r['peak_holders']} |"
             )
     pr = result.get("profile")
     if pr:

@@ -48,7 +48,8 @@ FULL = {
     "profile_ops": 300,
     "semaphore": {
         "cases": [[2, 10, "oldest"], [2, 100, "oldest"], [5, 100, "oldest"], [5, 100, "newest"]],
-        "handoffs": 10,
+        "handoffs": 15,
+        "reps": 2,
     },
     "budget_s": 480,  # the herd runs share what is left of it, so that make bench ends within 10 minutes
 }
@@ -69,7 +70,7 @@ SMOKE = {
     },
     "one_client": {"threads": 4, "duration": 0.3, "reps": 1},
     "profile_ops": 10,
-    "semaphore": {"cases": [[2, 3, "oldest"], [2, 3, "newest"]], "handoffs": 3},
+    "semaphore": {"cases": [[2, 3, "oldest"], [2, 3, "newest"]], "handoffs": 3, "reps": 1},
     "budget_s": 120,
 }
 
@@ -100,7 +101,7 @@ def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: lis
         result["one_client"] = measures.one_client(ctx, o["threads"], o["duration"], o["reps"])
         result["profile"] = measures.profile_fairlock(ctx, cfg["profile_ops"])
         sm = cfg["semaphore"]
-        result["semaphore"] = measures.semaphore(ctx, [tuple(c) for c in sm["cases"]], sm["handoffs"])
+        result["semaphore"] = measures.semaphore(ctx, [tuple(c) for c in sm["cases"]], sm["handoffs"], sm["reps"])
         h = cfg["herd"]
         log(f"herd: growing the pool to {max(h['sizes']) + 1} sessions")
         result["herd"] = measures.herd(ctx, h["sizes"], h["handoffs"], h["reps"])

@@ -74,6 +74,18 @@ def test_status_shows_leases_holding_and_waiting(cli: Cli, zk):
     assert [p.wait() for p in (a, b, c)] == [0, 0, 0]
 
 
+def test_a_run_whose_n_disagrees_with_the_holders_exits_2(cli: Cli, zk):
+    a = cli.start("lock", "-n", "2", "/m", "--hosts", cli.hosts, *cli.holder("a"), tag="a")
+    cli.wait_event("a", "start")
+    r = cli.run("lock", "-n", "3", "/m", "--hosts", cli.hosts, "--", "true")
+    assert r.returncode == 2 and "max_leases 3 disagrees with the holders' 2" in r.stderr, r.stderr
+    r = cli.run("lock", "/m", "--hosts", cli.hosts, "--timeout", "0.5", "--", "true")
+    assert r.returncode == 75, r.stderr  # a plain lock just waits behind the lease (it is not a semaphore)
+    cli.release("a")
+    assert a.wait() == 0
+    assert queue(zk, "/m") == []
+
+
 def test_bad_lease_counts_are_usage_errors(cli: Cli):
     for args in (["-n", "0"], ["-n", "two"], ["-n", "2", "--read"], ["-n", "-3"]):
         r = cli.run("lock", *args, "/x", "--hosts", cli.hosts, "--", "true")

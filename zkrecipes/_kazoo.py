@@ -156,8 +156,8 @@ class _FencedMulti(Transaction):  # type: ignore[misc]  # kazoo's requests are u
 
     def serialize(self) -> bytearray:
         client, session, node = self.guard
-        if client._session_id != session:
-            return Transaction([CheckVersion(node, -2)]).serialize()  # type: ignore[no-any-return]  # no node has version -2
+        if client._session_id != session:  # no node has version -2: the multi fails, nothing applied
+            return Transaction([CheckVersion(node, -2)]).serialize()  # type: ignore[no-any-return]
         return super().serialize()  # type: ignore[no-any-return]
 
 

@@ -258,7 +258,7 @@ class Progress:
 
 
 def cmd_lock(args) -> int:
-    from . import ExclusiveLock, ReadWriteLock, Semaphore
+    from . import ExclusiveLock, LockError, ReadWriteLock, Semaphore
 
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "lock")
@@ -275,6 +275,8 @@ def cmd_lock(args) -> int:
         progress = Progress(client, path, args.exclusive, args.progress or sys.stderr.isatty())
         try:
             got = lock.acquire(timeout=args.timeout)
+        except LockError as exc:  # misuse found in ZooKeeper: -n disagrees with the holders, a mixed path
+            raise _fail(str(exc), EXIT_USAGE) from None
         except KeyboardInterrupt:
             raise _fail(f"interrupted while waiting for {path}", EXIT_INTERRUPTED) from None
         except Terminated as sig:
