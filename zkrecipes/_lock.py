@@ -109,7 +109,7 @@ class Lock(Participant):
         if mine is None:
             return
         behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
-        if any(n.kind == naming.WRITE for n in behind):
+        if any(n.kind != naming.READ for n in behind):
             with g.cond:
                 if g.hold is hold:
                     g.writer_behind = hold
