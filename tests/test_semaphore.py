@@ -8,11 +8,11 @@ import time
 
 import pytest
 from kazoo.client import KazooClient
-from lockhelpers import Acquirer, StateLog, assert_no_watch, children, wait_until
+from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, assert_no_watch, children, wait_until
 
 from zkrecipes import FairLock, LockError, LockLost, Semaphore
 from zkrecipes._drive import Driver
-from zkrecipes.testing import expire_session
+from zkrecipes.testing import Partition, expire_session
 
 
 def synced_children(zk, path: str) -> list:
@@ -254,3 +254,35 @@ def test_each_thread_takes_its_own_lease_and_is_reentrant(zk, zk_factory):
     assert synced_children(zk, path) == [] and sem.state == "idle"
     with pytest.raises(LockError):
         sem.release()
+
+
+@pytest.mark.parametrize("release_during_cut", [False, True], ids=["release-after-heal", "release-during-cut"])
+def test_a_waiter_watching_n_nodes_survives_a_short_cut(zk, zk_factory, zk_ensemble, release_during_cut):
+    """A dropped connection: the waiter sets its n watches again (or finds a holder gone) and gets in."""
+    path = "/blip"
+    holders = [Semaphore(zk, path, 2), Semaphore(zk_factory(), path, 2)]
+    for h in holders:
+        assert h.acquire(timeout=10)
+    with Partition(zk_ensemble.hosts) as partition:
+        client = zk_factory(hosts=partition.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+        finish = threading.Event()
+        waiter = Acquirer(Semaphore(client, path, 2), hold_until=finish, timeout=30)
+        wait_until(lambda: watching_all(client, path, 2), 10, "the waiter watches both holders")
+        sid = client.client_id[0]
+        partition.cut()
+        wait_until(lambda: not client.connected, 5, "the waiter's connection dropped")
+        if release_during_cut:
+            holders[1].release()
+        partition.heal()
+        wait_until(lambda: client.connected, 10, "reconnected")
+        assert client.client_id[0] == sid
+        if not release_during_cut:
+            wait_until(lambda: watching_all(client, path, 2), 10, "watching again")
+            assert not waiter.done.is_set()
+            holders[1].release()
+        assert waiter.wait(15) is True
+        assert client.exists(waiter.node).ephemeralOwner == sid
+        finish.set()
+        assert waiter.released.wait(10)
+    holders[0].release()
+    assert synced_children(zk, path) == []

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 from kazoo.exceptions import BadVersionError, NodeExistsError, RolledBackError
-from kazoo.protocol.serialization import Create
-from kazoo.security import OPEN_ACL_UNSAFE
 from lockhelpers import StateLog
 
 from zkrecipes import (
@@ -18,7 +16,6 @@ from zkrecipes import (
     LockLost,
     ReadWriteLock,
     Semaphore,
-    _kazoo,
 )
 from zkrecipes.testing import expire_session
 
@@ -124,19 +121,3 @@ def test_the_commit_is_refused_after_release_and_without_a_hold(zk, zk_factory):
     with pytest.raises(TypeError, match="commit"):
         with lock:
             lock.transaction().commit_async()
-
-
-def test_a_commit_sent_in_another_session_applies_nothing(zk, zk_factory):
-    """The race the client-side checks cannot close: our session expires between the last look and the
-    send, kazoo sends in the new session. The seam turns such a multi into one that cannot succeed."""
-    other = zk_factory()
-    holder = ExclusiveLock(other, "/race")
-    assert holder.acquire()  # another session holds the very path our fence checks
-    ops = [Create(zk.chroot + "/raced", b"", list(OPEN_ACL_UNSAFE), 0)]
-    sid = _kazoo.session_id(zk)
-    results = _kazoo.commit_fenced(zk, ops, sid + 1, "/race/lock").get()  # "ours" is a session we are not
-    assert len(results) == 1 and isinstance(results[0], Exception)
-    assert zk.exists("/raced") is None
-    results = _kazoo.commit_fenced(zk, ops, sid, "/race/lock").get()  # our own session: the fence passes
-    assert results[0] is True and zk.exists("/raced") is not None
-    holder.release()
