@@ -15,12 +15,6 @@ from zkrecipes._drive import Driver
 from zkrecipes.testing import Partition, expire_session
 
 
-def synced_children(zk, path: str) -> list:
-    """Children as the ensemble's leader has them (other sessions' deletes may not have reached our server)."""
-    zk.sync(path)
-    return children(zk, path)
-
-
 def watching_all(client, path: str, count: int) -> bool:
     """True once ``client`` has data watches on ``count`` nodes under ``path``."""
     full = client.chroot + path + "/"
@@ -78,7 +72,7 @@ def test_exactly_n_hold_while_the_others_wait_then_all_get_in(zk, zk_factory):
     for a in acquirers:
         assert a.wait(60) is True
         assert a.released.wait(30)
-    assert synced_children(zk, path) == []
+    assert children(zk, path) == []
 
 
 def test_peak_holders_never_exceed_n_among_many_clients(zk_factory):
@@ -151,7 +145,7 @@ def test_leases_are_granted_in_queue_order_and_a_release_wakes_at_most_n(zk, zk_
         rel.set()
     for w in waiters:
         assert w.released.wait(15)
-    assert synced_children(zk, path) == []
+    assert children(zk, path) == []
 
 
 # -- cleanup ------------------------------------------------------------------------------------------
@@ -169,11 +163,11 @@ def test_timeout_and_cancel_leave_no_node_and_no_watch(zk, zk_factory, zk_ensemb
     wait_until(lambda: watching_all(client, path, 2), 10, "waiter watches both holders")
     sem.cancel()
     assert waiter.wait(15) is False
-    assert len(synced_children(zk, path)) == 2
+    assert len(children(zk, path)) == 2
     assert_no_watch(client, path, zk_ensemble)
     for h in holders:
         h.release()
-    assert synced_children(zk, path) == []
+    assert children(zk, path) == []
 
 
 # -- the mismatch ---------------------------------------------------------------------------------------
@@ -184,7 +178,7 @@ def test_a_newcomer_with_another_max_leases_raises_and_leaves_no_node(zk, zk_fac
     rival = Semaphore(zk_factory(), path, 3)
     with pytest.raises(LockError, match="max_leases 3 disagrees with the holders' 2"):
         rival.acquire(timeout=10)
-    assert synced_children(zk, path) == [holder.node.rsplit("/", 1)[1]]
+    assert children(zk, path) == [holder.node.rsplit("/", 1)[1]]
     assert rival.state == "idle"
     same = Semaphore(zk_factory(), path, 2)
     assert same.acquire(timeout=10)  # two leases: both hold
@@ -198,7 +192,7 @@ def test_a_semaphore_refuses_a_path_used_by_a_lock(zk, zk_factory):
     sem = Semaphore(zk_factory(), "/shared", 5)
     with pytest.raises(LockError, match="another recipe"):
         sem.acquire(timeout=10)
-    assert len(synced_children(zk, "/shared")) == 1
+    assert len(children(zk, "/shared")) == 1
     lock.release()
 
 
@@ -251,7 +245,7 @@ def test_each_thread_takes_its_own_lease_and_is_reentrant(zk, zk_factory):
     sem.release()
     assert sem.is_held  # one level left
     sem.release()
-    assert synced_children(zk, path) == [] and sem.state == "idle"
+    assert children(zk, path) == [] and sem.state == "idle"
     with pytest.raises(LockError):
         sem.release()
 
@@ -285,4 +279,4 @@ def test_a_waiter_watching_n_nodes_survives_a_short_cut(zk, zk_factory, zk_ensem
         finish.set()
         assert waiter.released.wait(10)
     holders[0].release()
-    assert synced_children(zk, path) == []
+    assert children(zk, path) == []
