@@ -46,6 +46,11 @@ FULL = {
     },
     "one_client": {"threads": 64, "duration": 2.0, "reps": 3},
     "profile_ops": 300,
+    "semaphore": {
+        "cases": [[2, 10, "oldest"], [2, 100, "oldest"], [5, 100, "oldest"], [5, 100, "newest"]],
+        "handoffs": 15,
+        "reps": 2,
+    },
     "budget_s": 480,  # the herd runs share what is left of it, so that make bench ends within 10 minutes
 }
 
@@ -65,6 +70,7 @@ SMOKE = {
     },
     "one_client": {"threads": 4, "duration": 0.3, "reps": 1},
     "profile_ops": 10,
+    "semaphore": {"cases": [[2, 3, "oldest"], [2, 3, "newest"]], "handoffs": 3, "reps": 1},
     "budget_s": 120,
 }
 
@@ -94,6 +100,8 @@ def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: lis
         o = cfg["one_client"]
         result["one_client"] = measures.one_client(ctx, o["threads"], o["duration"], o["reps"])
         result["profile"] = measures.profile_fairlock(ctx, cfg["profile_ops"])
+        sm = cfg["semaphore"]
+        result["semaphore"] = measures.semaphore(ctx, [tuple(c) for c in sm["cases"]], sm["handoffs"], sm["reps"])
         h = cfg["herd"]
         log(f"herd: growing the pool to {max(h['sizes']) + 1} sessions")
         result["herd"] = measures.herd(ctx, h["sizes"], h["handoffs"], h["reps"])

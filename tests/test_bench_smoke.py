@@ -93,8 +93,17 @@ def test_bench_smoke(zk_ensemble, tmp_path):
         assert r["acquisitions"] > 0 and r["errors"] == 0 and r["clean_exit"]
 
     assert res["profile"]["top"] and res["profile"]["thread_cpu_us_per_op"] > 0
+    se = res["semaphore"]["rows"]
+    for n, w, pick in cfg["semaphore"]["cases"]:
+        mine = [r for r in se if r["max_leases"] == n and r["waiters"] == w and r["releaser"] == pick]
+        for impl in ("zkrecipes Semaphore", "kazoo Semaphore"):
+            (row,) = [r for r in mine if r["impl"] == impl]
+            assert row["cycles"] == cfg["semaphore"]["handoffs"] and row["handoff"]["n"] == row["cycles"]
+            assert row["peak_holders"] == n and row["errors"] == 0 and row["clean_exit"]
+        (ours,) = [r for r in mine if r["impl"] == "zkrecipes Semaphore"]
+        assert 1 <= ours["notifications_min"] and ours["notifications_max"] <= n  # at most N woken per release
     assert len(res["targets"]) == 5 and all(t["measured"] is not None for t in res["targets"])
-    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5."):
+    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 6."):
         assert heading in md
     try:
         import matplotlib  # noqa: F401

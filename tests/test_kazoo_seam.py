@@ -103,3 +103,25 @@ def test_data_watchers_and_remove_data_watch_client_and_server_side(zk, zk_ensem
     zk.sync("/seam-w")
     assert not fired.is_set()
     _kazoo.remove_data_watch(zk, "/seam-w", fn)  # not watched any more: a no-op
+
+
+def test_commit_fenced_applies_only_in_the_nodes_session(zk, zk_factory):
+    """The race client-side checks cannot close: our session expires between the last look and the send,
+    and kazoo sends in the new session. A multi about to go out in another session cannot succeed."""
+    from kazoo.protocol.serialization import Create
+
+    from zkrecipes import ExclusiveLock
+
+    holder = ExclusiveLock(zk_factory(), "/seam-fence")
+    assert holder.acquire()  # another session holds the very path the fence checks
+    ops = [Create(full_path(zk, "/seam-fenced"), b"", list(OPEN_ACL_UNSAFE), 0)]
+    sid = _kazoo.session_id(zk)
+    results = _kazoo.commit_fenced(zk, ops, sid + 1, "/seam-fence/lock").get(timeout=10)
+    assert len(results) == 1 and isinstance(results[0], Exception)  # replaced: nothing applied
+    assert zk.exists("/seam-fenced") is None
+    results = _kazoo.commit_fenced(zk, ops, sid, "/seam-fence/lock").get(timeout=10)  # our session: passes
+    assert results[0] is True and results[1].endswith("/seam-fenced")
+    assert zk.exists("/seam-fenced") is not None
+    results = _kazoo.commit_fenced(zk, ops, sid, "/seam-fence/nobody").get(timeout=10)  # the node is gone
+    assert isinstance(results[0], kazoo.exceptions.NoNodeError)
+    holder.release()

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Generator, List, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -72,7 +72,7 @@ class Driver:
         self._deleted: Set[str] = set()
         self._deleted_at: Optional[float] = None
         self._since = time.monotonic()
-        self._watched: Optional[str] = None
+        self._watched: Set[str] = set()  # paths our data watches are on
         self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
         self._ops: Dict[type, Callable[[Any], Any]] = {
             Send: self._send,
@@ -107,8 +107,7 @@ class Driver:
         if op is SESSION:
             return _kazoo.session_id(self.client)
         if op is SLEEP:
-            self._sleep()
-            return self._watched is not None and self._watched in self._deleted
+            return self._sleep_for_deletion()
         if op is STALE:
             return self._stale()
         if op is PAUSE:
@@ -147,10 +146,11 @@ class Driver:
         make_parents(self.client, op.path, op.acl, self.call)
 
     def _watch(self, op: Watch) -> Any:
-        """Set our (single) data watch; a ``get`` rather than ``exists``: on a missing node it leaves no
-        watch behind to remove."""
-        self.unwatch()
-        self.wake.clear()
+        """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
+        missing node it leaves no watch behind to remove."""
+        if not op.keep:
+            self.unwatch()
+            self.wake.clear()  # (not with keep: a watch set just before may have fired already)
         if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
@@ -159,7 +159,8 @@ class Driver:
             _, stat = self.call(lambda: self.client.get_async(op.path, watch=self._on_watch))
         except NoNodeError:
             return None
-        self._watched = op.path
+        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
+        self._watched.add(op.path)
         return stat
 
     def _delete(self, op: Delete) -> bool:
@@ -217,6 +218,17 @@ class Driver:
             self.check()
             raise
 
+    def _sleep_for_deletion(self) -> FrozenSet[str]:
+        """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
+        if self._watched & self._deleted:
+            self.check()
+            self.wake.clear()  # told already: the wake-up it set is used up (a later one sets it again)
+        else:
+            self._sleep()
+        gone = frozenset(self._watched & self._deleted)
+        self._watched -= gone  # a fired watch is gone from the server and from kazoo's registry
+        return gone
+
     def _sleep(self) -> None:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
         self.check()
@@ -228,9 +240,9 @@ class Driver:
         self.check()
 
     def unwatch(self) -> None:
-        if self._watched is not None:
-            _kazoo.remove_data_watch(self.client, self._watched, self._on_watch)
-            self._watched = None
+        for path in self._watched:
+            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+        self._watched.clear()
 
     def close(self) -> None:
         self.unwatch()

@@ -51,7 +51,7 @@ class Lock(Participant):
         self._drivers: Set[Driver] = set()
 
     # -- what a recipe declares ----------------------------------------------------------------------
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> _protocol.Blockers:
         return predecessor(ahead, me)
 
     def _protocol(self) -> Proto[Entry]:
@@ -109,7 +109,7 @@ class Lock(Participant):
         if mine is None:
             return
         behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
-        if any(n.kind == naming.WRITE for n in behind):
+        if any(n.kind != naming.READ for n in behind):
             with g.cond:
                 if g.hold is hold:
                     g.writer_behind = hold
@@ -245,6 +245,12 @@ class Lock(Participant):
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")
         self._check_hold(hold, "hold")
+
+    def _fence_hold(self) -> Hold:
+        hold = self._my_hold()
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling thread")
+        return hold
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"

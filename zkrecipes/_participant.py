@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 import tenacity
 from kazoo.client import KazooClient
@@ -17,6 +17,9 @@ from ._protocol import Entry, owns
 from .errors import LockLost
 from .naming import Contender
 from .session import LOST, SUSPENDED, Hold
+
+if TYPE_CHECKING:
+    from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -130,6 +133,18 @@ class Participant:
                 hold.mark_lost()
         finally:
             hold.close()
+
+    def _fence_hold(self) -> Hold:
+        """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""
+        raise NotImplementedError
+
+    def transaction(self) -> "HeldTransaction":
+        """A kazoo transaction that commits only while this hold lives (ZooKeeper's ``IsOwner()``
+        compare): see :class:`~zkrecipes.transaction.HeldTransaction`. Raises as :meth:`check` does
+        when there is no hold to fence by."""
+        from .transaction import HeldTransaction
+
+        return HeldTransaction(self, self._fence_hold())
 
     def contenders(self) -> List[Contender]:
         """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples (``[]`` if the

@@ -214,6 +214,12 @@ class LeaderElection(Participant):
             raise LockLost(f"{self.path}: not the leader")
         self._check_hold(hold, "leadership")
 
+    def _fence_hold(self) -> Hold:
+        hold = self._hold
+        if hold is None:
+            raise LockLost(f"{self.path}: not the leader")
+        return hold
+
     # -- observing ---------------------------------------------------------------------------------
     def contenders(self) -> List[Contender]:
         """Candidates in queue order (the first is the leader); ``[]`` if nobody campaigns. Connection

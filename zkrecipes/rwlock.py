@@ -12,9 +12,10 @@ from .naming import Contender, QueueNode
 
 
 def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of readers: blocked by the nearest ``W`` node ahead, if any."""
+    """Wait-rule of readers: blocked by the nearest node ahead that is not a reader (``W``, or a node of
+    another recipe, a semaphore's lease included: never overtaken), if any."""
     for node in reversed(ahead):
-        if node.kind == naming.WRITE:
+        if node.kind != naming.READ:
             return node
     return None
 

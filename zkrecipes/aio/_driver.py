@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Set, Tuple, Type
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple, Type
 
 import tenacity
 from kazoo.client import KazooClient
@@ -102,7 +102,7 @@ class AioDriver:
         self._deleted: Set[str] = set()
         self._deleted_at: Optional[float] = None
         self._since = time.monotonic()
-        self._watched: Optional[str] = None
+        self._watched: Set[str] = set()  # paths our data watches are on
         self._session: Optional[SessionWatcher] = None
         self._timer: Optional[asyncio.TimerHandle] = None
         if deadline is not None:
@@ -140,8 +140,7 @@ class AioDriver:
         if op is SESSION:
             return _kazoo.session_id(self.client)
         if op is SLEEP:
-            await self._sleep()
-            return self._watched is not None and self._watched in self._deleted
+            return await self._sleep_for_deletion()
         if op is STALE:
             return self._stale()
         if op is PAUSE:
@@ -195,6 +194,17 @@ class AioDriver:
 
     def _on_session(self, event: str) -> None:  # the session dispatcher thread
         call_soon(self.loop, self._wake)
+
+    async def _sleep_for_deletion(self) -> FrozenSet[str]:
+        """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
+        if self._watched & self._deleted:
+            self.check()
+            self._woken = False  # told already: the wake-up is used up
+        else:
+            await self._sleep()
+        gone = frozenset(self._watched & self._deleted)
+        self._watched -= gone  # a fired watch is gone from the server and from kazoo's registry
+        return gone
 
     async def _sleep(self) -> None:
         self.check()
@@ -275,9 +285,11 @@ class AioDriver:
                 value, error = None, exc
 
     async def _watch(self, op: Watch) -> Any:
-        """Set our single data watch (a ``get``: on a missing node it leaves no watch to remove)."""
-        self.unwatch()
-        self._woken = False
+        """Set a data watch, our only one unless ``op.keep`` (a ``get``: on a missing node it leaves no
+        watch to remove)."""
+        if not op.keep:
+            self.unwatch()
+            self._woken = False  # (not with keep: a watch set just before may have fired already)
         if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
@@ -296,7 +308,8 @@ class AioDriver:
             if sent:
                 await self._forget_watch(op.path, sent[-1])
             raise
-        self._watched = op.path
+        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
+        self._watched.add(op.path)
         return stat
 
     async def _forget_watch(self, path: str, ar: _kazoo.AsyncResult) -> None:
@@ -323,9 +336,9 @@ class AioDriver:
         return await delete(self.client, op.path, op.session, self.policy)
 
     def unwatch(self) -> None:
-        if self._watched is not None:
-            _kazoo.remove_data_watch(self.client, self._watched, self._on_watch)
-            self._watched = None
+        for path in self._watched:
+            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+        self._watched.clear()
 
     def close(self) -> None:
         if self._timer is not None:
