@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.security import ACL
 
-from . import _kazoo, naming, retry
+from . import _kazoo, protocols, retry
 from ._protocol import (
     PAUSE,
     SESSION,
@@ -353,18 +353,18 @@ def delete(
 
 
 def contenders(client: KazooClient, path: str) -> List[Contender]:
-    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined).
-    [] if the path does not exist; connection errors propagate."""
+    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
+    in any format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors propagate."""
     try:
-        nodes = naming.sort_queue(client.get_children(path))
+        nodes = protocols.sort_any(client.get_children(path))
     except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
         return []
-    pending = [client.get_async(f"{path}/{n.name}") for n in nodes]
+    pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]
     out = []
-    for n, ar in zip(nodes, pending):
+    for (found, n), ar in zip(nodes, pending):
         try:
             data, _ = ar.get()
         except NoNodeError:
             continue
-        out.append(naming.contender(n, data))
+        out.append(protocols.contender(found, n, data))
     return out

@@ -48,6 +48,8 @@ class LeaderElection(Participant):
     Unlike a lock, :meth:`resign` and :meth:`cancel` may be called from any thread.
     """
 
+    _format = "election"
+
     def _setup(self) -> None:
         self._lock = threading.Lock()
         self._hold: Optional[Hold] = None
@@ -81,11 +83,14 @@ class LeaderElection(Participant):
             driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry)
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
-        guid = naming.new_guid()
-        data = naming.node_data(self.identifier, guid, self.host)
-        prefix = naming.prefix(self.host, naming.WRITE)
+        proto = self._proto
+        guid = proto.new_guid()
+        data = proto.data(self.identifier, guid, self.host)
+        prefix = proto.prefix(self.host, naming.WRITE, guid)
         try:
-            entry = driver.run(_protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True))
+            entry = driver.run(
+                _protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True, protocol=proto)
+            )
         except (DeadlinePassed, Cancelled):
             pass
         finally:

@@ -30,6 +30,7 @@ class ReadLock(FairLock):
     """
 
     _kind = naming.READ
+    _format = "rw"
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         return nearest_writer(ahead, me)
@@ -39,6 +40,7 @@ class WriteLock(FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
     _kind = naming.WRITE  # wait-rule: predecessor, as FairLock
+    _format = "rw"
 
 
 class ReadWriteLock:
