@@ -228,8 +228,10 @@ def shared(holds: Sequence[Hold]) -> int:
 # the mixes of issue 13: (name, python contenders, curator contenders); "{p}" is the zkrecipes protocol
 MIXES = [
     ("kazoo Lock + FairLock", ["kazoo-lock", "kazoo-lock", "zk-fair{p}", "zk-fair{p}"], [], "kazoo"),
-    ("kazoo WriteLock/ReadLock + ReadWriteLock", ["kazoo-write", "kazoo-read", "zk-write{p}", "zk-read{p}"], [], "kazoo"),
-    ("kazoo Election + LeaderElection", ["kazoo-election", "kazoo-election", "zk-elect{p}", "zk-elect{p}"], [], "kazoo"),
+    ("kazoo WriteLock/ReadLock + ReadWriteLock",
+     ["kazoo-write", "kazoo-read", "zk-write{p}", "zk-read{p}"], [], "kazoo"),
+    ("kazoo Election + LeaderElection",
+     ["kazoo-election", "kazoo-election", "zk-elect{p}", "zk-elect{p}"], [], "kazoo"),
     ("Curator InterProcessMutex + FairLock", ["zk-fair{p}", "zk-fair{p}"], ["mutex", "mutex"], "curator"),
     ("Curator InterProcessReadWriteLock + ReadWriteLock", ["zk-write{p}", "zk-read{p}"], ["write", "read"], "curator"),
     ("Curator LeaderLatch + LeaderElection", ["zk-elect{p}", "zk-elect{p}"], ["latch", "latch"], "curator"),

@@ -50,12 +50,12 @@ def main() -> int:
         for _ in range(int(holds)):
             obj = make()
             if name == "kazoo-election":
-                seen = []
+                seen: list = []
 
-                def lead() -> None:
+                def lead(election=obj, seen=seen) -> None:
                     t0 = time.monotonic()
                     time.sleep(pause)
-                    seen.append((obj.lock.node, t0, time.monotonic()))
+                    seen.append((election.lock.node, t0, time.monotonic()))
 
                 obj.run(lead)
                 node, t0, t1 = seen[0]
