@@ -46,7 +46,7 @@ def test_java_nanotime_and_python_monotonic_are_one_clock(curator_cp, hosts):
             before = time.monotonic()
             n = len(w.lines)
             w.send("now")
-            wait_until(lambda: len(w.lines) > n, 10, "the JVM's clock reading")
+            wait_until(lambda n=n: len(w.lines) > n, 10, "the JVM's clock reading")
             after = time.monotonic()
             java = int(w.lines[n].split()[1]) / 1e9
             assert before <= java <= after, (before, java, after)
