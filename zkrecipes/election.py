@@ -40,7 +40,8 @@ class LeaderElection(Participant):
     """Leader election among the candidates of ``path``; at most one leader at a time.
 
     ``LeaderElection(zk, "/election/reports", identifier="worker-7")`` -- also ``host=``, ``acl=``,
-    ``retry=`` and ``tolerate_suspended=`` as for :class:`~zkrecipes.FairLock`.
+    ``retry=``, ``tolerate_suspended=`` and ``protocol=`` as for :class:`~zkrecipes.FairLock`
+    (``"kazoo"``: kazoo's ``Election``; ``"curator"``: Curator's ``LeaderLatch``).
 
     States (told to listeners as ``fn(election, state)``, never on kazoo's threads): ``"idle"``,
     ``"candidate"``, ``"leader"``, ``"suspended"`` (connection dropped; leadership uncertain),

@@ -51,8 +51,9 @@ class ReadWriteLock:
     readers that arrive after it (no writer starvation). ``write()`` and ``FairLock`` on one path are
     the same queue. Downgrade: while holding ``write()``, take ``read()`` and then release the write
     side; the write node stays until the read is released, so no queued writer slips in between.
-    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``) go to
-    both sides.
+    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``,
+    ``protocol`` -- ``"kazoo"``: kazoo's ``ReadLock``/``WriteLock``; ``"curator"``: Curator's
+    ``InterProcessReadWriteLock``) go to both sides.
     """
 
     def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
