@@ -152,7 +152,19 @@ def sequence_of(node: str) -> int:
 
 def run_mix(hosts: str, path: str, python: Sequence[str], curator: Sequence[str], holds: int, hold_ms: int = 10,
             classpath: Optional[str] = None, zkrecipes_from: Optional[str] = None, timeout: float = 120.0) -> Result:
-    """Start every contender, then let them go at once; each makes ``holds`` holds. Returns the holds of all."""
+    """Start every contender, then let them go at once; each makes ``holds`` holds. Returns the holds of all.
+
+    ``path`` is made a persistent node first: a container parent that empties for a moment may be reaped
+    and made again, restarting the sequence numbers that the order check compares."""
+    from kazoo.client import KazooClient
+
+    zk = KazooClient(hosts=hosts)
+    zk.start(30)
+    try:
+        zk.ensure_path(path)
+    finally:
+        zk.stop()
+        zk.close()
     workers: List[Tuple[str, Worker]] = []
     try:
         for r in python:
@@ -218,6 +230,19 @@ def order_violations(holds: Sequence[Hold]) -> List[Tuple[Hold, Hold]]:
     return bad
 
 
+def _library(h: Hold) -> str:
+    """kazoo, curator, or zkrecipes in one protocol ("zk:kazoo")."""
+    if h.who.startswith("curator:") or "kazoo-" in h.who:
+        return h.who.split(":")[0] if h.who.startswith("curator:") else "kazoo"
+    return "zk:" + h.who.rsplit(":", 1)[1]
+
+
+def switches(holds: Sequence[Hold]) -> int:
+    """How often the lock passed from one library to the other (holds in time order): a mix that mixed."""
+    libs = [_library(h) for h in sorted(holds, key=lambda h: h.t0)]
+    return sum(1 for a, b in zip(libs, libs[1:]) if a != b)
+
+
 def shared(holds: Sequence[Hold]) -> int:
     """Pairs of reader holds of different libraries that overlapped (readers of both kinds sharing)."""
     readers = [h for h in holds if h.kind == "R"]
@@ -250,13 +275,14 @@ def main() -> int:
     ap.add_argument("--hold-ms", type=int, default=10)
     ap.add_argument("--zkrecipes-from", metavar="DIR", help="import zkrecipes from DIR (e.g. the code before)")
     ap.add_argument("--default", action="store_true", help="zkrecipes in its default protocol (no protocol=)")
+    ap.add_argument("--repeat", type=int, default=1, help="run every mix N times")
     args = ap.parse_args()
     classpath, reason = curator_classpath()
     with Ensemble(size=1, tick_ms=200) as ens:
         ens.start()
         zk = KazooClient(hosts=ens.hosts)
         zk.start(30)
-        for n, (name, python, curator, proto) in enumerate(MIXES):
+        for n, (name, python, curator, proto) in enumerate(MIXES * args.repeat):
             if curator and classpath is None:
                 print(f"{name}: skipped ({reason})")
                 continue
@@ -266,6 +292,7 @@ def main() -> int:
                           classpath, args.zkrecipes_from)
             print(f"{name} [{'default' if not p else 'protocol=' + proto}]: {len(res.holds)} holds, "
                   f"{overlapping(res.holds)} overlapping, {len(order_violations(res.holds))} out-of-order pairs, "
+                  f"{switches(res.holds)} hand-overs between libraries, "
                   f"{shared(res.holds)} cross-library reader overlaps, {len(res.errors)} errors"
                   + (f" (first: {res.errors[0][:160]})" if res.errors else ""), flush=True)
         zk.stop()

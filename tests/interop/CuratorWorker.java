@@ -44,6 +44,20 @@ public class CuratorWorker {
         say("hold " + recipe + " " + node.substring(node.lastIndexOf('/') + 1) + " " + t0 + " " + t1);
     }
 
+    static void once(CuratorFramework c, String path, String recipe) throws Exception {
+        if (recipe.equals("latch")) {
+            LeaderLatch latch = new LeaderLatch(c, path, "warmup");
+            latch.start();
+            latch.await();
+            latch.close();
+        } else {
+            InterProcessMutex m = recipe.equals("mutex") ? new Mutex(c, path)
+                : recipe.equals("write") ? new Write(c, path) : new Read(c, path);
+            m.acquire();
+            m.release();
+        }
+    }
+
     public static void main(String[] args) throws Exception {
         String connect = args[0], path = args[1];
         String[] recipes = args[2].split(",");
@@ -55,6 +69,11 @@ public class CuratorWorker {
             c.start();
             if (!c.blockUntilConnected(30, java.util.concurrent.TimeUnit.SECONDS)) throw new IllegalStateException("no connection");
             clients.add(c);
+        }
+        for (int i = 0; i < recipes.length; i++) {  // warm up (class loading, JIT): the mix starts mixed
+            if (holds > 0) {
+                once(clients.get(i), path + "-warmup-" + i, recipes[i]);
+            }
         }
         CountDownLatch go = new CountDownLatch(1);
         List<Thread> threads = new ArrayList<>();
