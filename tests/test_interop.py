@@ -207,6 +207,10 @@ def test_contenders_and_status_read_every_format(request, zk, hosts, zk_ensemble
             ("ours", "kazoo (zkrecipes)", "holding"), ("kazoo-worker", "kazoo", "waiting")]
         table = subprocess.run(cli[:-3] + cli[-2:], capture_output=True, text=True, timeout=60, check=True).stdout
         assert "PROTOCOL" in table.splitlines()[0] and "kazoo (zkrecipes)" in table
+        lock = [sys.executable, "-m", "zkrecipes.cli", "lock", "/shared", "--timeout", "5", "--hosts", hosts, "--",
+                "true"]  # the default protocol on a path with kazoo's own node: refused, exit 2
+        out = subprocess.run(lock, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "protocol='kazoo'" in out.stderr, out.stderr
     finally:
         ours.release()
         w.stop()
@@ -222,4 +226,9 @@ def test_cli_elect_and_lock_take_a_protocol(hosts, lib, marker):
     cmd[3] = "lock"
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert ("__lock__" if lib == "kazoo" else "-__WRIT__") in out.stdout
+    assert ("__lock__" if lib == "kazoo" else "-lock-") in out.stdout  # Curator: InterProcessMutex
+    out = subprocess.run(cmd[:5] + ["--read"] + cmd[5:], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert ("__rlock__" if lib == "kazoo" else "-__READ__") in out.stdout
+    out = subprocess.run(cmd[:5] + ["--exclusive"] + cmd[5:], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and f"--exclusive has no --protocol {lib}" in out.stderr

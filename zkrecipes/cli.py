@@ -258,7 +258,7 @@ class Progress:
 
 
 def cmd_lock(args) -> int:
-    from . import ExclusiveLock, LockError, ReadWriteLock
+    from . import ExclusiveLock, FairLock, LockError, ReadWriteLock
 
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "lock")
@@ -270,6 +270,8 @@ def cmd_lock(args) -> int:
     try:
         if args.exclusive:
             lock = ExclusiveLock(client, path, identifier)
+        elif args.protocol == "curator" and not (args.read or args.write):  # Curator's InterProcessMutex
+            lock = FairLock(client, path, identifier, protocol="curator")
         else:
             rw = ReadWriteLock(client, path, identifier, protocol=args.protocol)
             lock = rw.read() if args.read else rw.write()
@@ -517,7 +519,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="after a lost hold, SIGKILL CMD S seconds after SIGTERM (default 10)")
     lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
     lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
-                    help="node format, to share PATH with kazoo or Curator processes (default zkrecipes)")
+                    help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
+                         "curator: InterProcessMutex, or with --read/--write InterProcessReadWriteLock")
     common(lk)
     lk.set_defaults(func=cmd_lock, parser=lk)
 
