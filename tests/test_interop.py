@@ -232,3 +232,68 @@ def test_cli_elect_and_lock_take_a_protocol(hosts, lib, marker):
     assert ("__rlock__" if lib == "kazoo" else "-__READ__") in out.stdout
     out = subprocess.run(cmd[:5] + ["--exclusive"] + cmd[5:], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and f"--exclusive has no --protocol {lib}" in out.stderr
+
+
+# -- everything else is unchanged in the foreign formats ------------------------------------------------
+RECIPES = {
+    "fair": lambda c, p, proto, **kw: FairLock(c, p, protocol=proto, **kw),
+    "read": lambda c, p, proto, **kw: ReadWriteLock(c, p, protocol=proto, **kw).read(),
+    "write": lambda c, p, proto, **kw: ReadWriteLock(c, p, protocol=proto, **kw).write(),
+}
+
+
+@pytest.mark.parametrize("proto", ["kazoo", "curator"])
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_lost_create_reply_finds_our_node_by_the_guid_in_its_name(zk, monkeypatch, proto, recipe):
+    from test_locks import lose_next_create_reply
+
+    lock = RECIPES[recipe](zk, "/lostreply", proto)
+    created = lose_next_create_reply(zk, monkeypatch)
+    assert lock.acquire(timeout=10)
+    assert created and zk.unchroot(created[0]) == lock.node
+    assert children(zk, "/lostreply") == [lock.node.rsplit("/", 1)[1]]  # adopted, not created twice
+    lock.release()
+    assert children(zk, "/lostreply") == []
+
+
+@pytest.mark.parametrize("proto", ["kazoo", "curator"])
+def test_session_loss_timeout_cancel_and_tokens_in_foreign_formats(zk, zk_factory, proto):
+    from lockhelpers import StateLog
+
+    from zkrecipes.testing import expire_session
+
+    client = zk_factory()
+    lock = FairLock(client, "/same", protocol=proto)
+    states = StateLog(lock)
+    assert lock.acquire()
+    first = lock.token
+    other = FairLock(zk, "/same", protocol=proto)
+    assert other.acquire(timeout=0.3) is False  # a timeout leaves no node behind
+    waiter = Acquirer(other, timeout=30)
+    wait_until(lambda: len(children(zk, "/same")) == 2, 10, "the waiter's node")
+    other.cancel()
+    assert waiter.wait() is False
+    assert len(children(zk, "/same")) == 1
+    expire_session(client)
+    states.wait_for("lost")
+    assert lock.lost.is_set() and not lock.is_held
+    lock.release()
+    assert other.acquire(timeout=10) and other.token > first
+    other.release()
+    assert children(zk, "/same") == []
+
+
+@pytest.mark.parametrize("proto,tag", [("kazoo", "__lock__"), ("curator", "-latch-")])
+def test_election_in_foreign_format(zk, zk_factory, proto, tag):
+    a = LeaderElection(zk, "/elect", identifier="a", protocol=proto)
+    b = LeaderElection(zk_factory(), "/elect", identifier="b", protocol=proto)
+    assert a.campaign(timeout=10) and tag in a.node
+    assert b.campaign(timeout=0.3) is False
+    cand = threading.Thread(target=b.campaign, kwargs={"timeout": 30}, daemon=True)
+    cand.start()
+    wait_until(lambda: len(children(zk, "/elect")) == 2, 10, "b's node")
+    assert [c.identifier for c in b.contenders()] == ["a", "b"] and b.leader().identifier == "a"
+    a.resign()
+    cand.join(30)
+    assert b.is_leader and b.token > 0
+    b.resign()
