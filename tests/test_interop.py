@@ -32,7 +32,10 @@ def curator_cp():
 
 
 @pytest.fixture
-def hosts(zk_ensemble, zk_namespace):
+def hosts(zk_ensemble, zk_namespace, zk):
+    # kazoo's recipes make their parent persistent only if it is missing (ensure_path, then create): a
+    # container parent of ours, reaped in between, fails kazoo's create. Real fleets share persistent paths.
+    zk.ensure_path("/shared")
     return zk_ensemble.hosts + zk_namespace
 
 
@@ -297,3 +300,22 @@ def test_election_in_foreign_format(zk, zk_factory, proto, tag):
     cand.join(30)
     assert b.is_leader and b.token > 0
     b.resign()
+
+
+def test_kazoo_format_makes_persistent_parents_as_kazoo_does(zk, hosts):
+    """kazoo ensures a lock's parent once per lock object and never makes it again: a container parent,
+    reaped while the queue is empty, would fail a kazoo process's next acquire with NoNodeError."""
+    with FairLock(zk, "/k/parent", protocol="kazoo"):
+        pass
+    with FairLock(zk, "/z/parent"):  # the default makes containers: emptied after ours, so once it is
+        pass  # reaped, the reaper has looked at ours too
+    wait_until(lambda: zk.exists("/z") is None, 15, "the empty container parents were reclaimed")
+    assert zk.exists("/k/parent") is not None
+    w = interop.python_worker(hosts, "/k/parent", "kazoo-lock", 1, 10)
+    try:
+        w.wait_line("ready", 60)
+        w.send("go")
+        w.wait_line("done", 60)
+        assert [ln for ln in w.lines if ln.startswith("hold")], w.lines
+    finally:
+        w.stop()

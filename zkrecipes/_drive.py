@@ -144,7 +144,7 @@ class Driver:
         return self.call(start)
 
     def _make_parents(self, op: MakeParents) -> None:
-        make_parents(self.client, op.path, op.acl, self.call)
+        make_parents(self.client, op.path, op.acl, self.call, op.container)
 
     def _watch(self, op: Watch) -> Any:
         """Set our (single) data watch; a ``get`` rather than ``exists``: on a missing node it leaves no
@@ -265,10 +265,12 @@ def _blocking(start: Callable[[], _kazoo.AsyncResult]) -> Any:
     return start().get()
 
 
-def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any]) -> None:
+def _create_parent(
+    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any], container: bool = True
+) -> None:
     """Create ``path`` as a container node (a persistent one where the server has no containers);
     an existing node is fine. Raises NoNodeError if its own parent is missing."""
-    if client not in _no_containers:
+    if container and client not in _no_containers:
         try:
             call(lambda: _kazoo.create_container(client, path, acl))
             return
@@ -286,9 +288,10 @@ def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Cal
 
 
 def make_parents(
-    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking
+    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking, container: bool = True
 ) -> None:
-    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl``: deepest
+    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl`` (persistent
+    ones if not ``container``: kazoo's recipes never make a reaped parent again): deepest
     first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).
 
     ``call(start)`` runs one async operation and returns its value; the default blocks, a
@@ -298,7 +301,7 @@ def make_parents(
     missing = [path]
     for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
         try:
-            _create_parent(client, missing[-1], acl, call)
+            _create_parent(client, missing[-1], acl, call, container)
         except NoNodeError:
             parent = missing[-1].rsplit("/", 1)[0]
             if not parent:

@@ -62,10 +62,12 @@ class Read(NamedTuple):
 
 
 class MakeParents(NamedTuple):
-    """Create ``path`` and its missing ancestors as container nodes, deepest first."""
+    """Create ``path`` and its missing ancestors as container nodes (persistent ones if not
+    ``container``), deepest first."""
 
     path: str
     acl: Sequence[ACL]
+    container: bool = True
 
 
 class Watch(NamedTuple):
@@ -172,7 +174,9 @@ def enqueue(
 ) -> Proto[Tuple[Entry, List[QueueNode]]]:
     """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``. Every
     child is checked by ``protocol`` (behind us too); a foreign one raises LockError, our node deleted."""
-    entry, children = yield from create(parent, acl, prefix, data, guid, sequence=True, listing=True)
+    entry, children = yield from create(
+        parent, acl, prefix, data, guid, sequence=True, listing=True, containers=protocol.containers
+    )
     try:
         ahead, _ = protocol.ahead(parent, children or (), entry.node.sequence)
     except LockError:
@@ -210,7 +214,14 @@ def in_session(op: Op) -> Proto[Tuple[Any, int]]:
 
 # -- creating our node -------------------------------------------------------------------------------
 def create(
-    parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, sequence: bool, listing: bool = False
+    parent: str,
+    acl: Sequence[ACL],
+    name: str,
+    data: bytes,
+    guid: str,
+    sequence: bool,
+    listing: bool = False,
+    containers: bool = True,
 ) -> Proto[Tuple[Entry, Optional[List[str]]]]:
     """Create our ephemeral node ``<parent>/<name>`` (plus a sequence suffix): ``(entry, children)``.
 
@@ -225,7 +236,7 @@ def create(
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
         created, listed = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
         if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
-            yield MakeParents(parent, acl)
+            yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
             made_parent = True
             continue
         if isinstance(created, ConnectionClosedError):  # stopped or closed: no session will come

@@ -163,6 +163,10 @@ class Protocol:
         elif name == CURATOR:
             self._tags = _CURATOR_TAGS[family]
 
+        # kazoo makes a missing parent once per lock object (ensure_path) and never again: a container
+        # parent, reaped while the queue is empty, would fail its next create. Curator makes containers.
+        self.containers = name != KAZOO
+
     def __repr__(self) -> str:
         return f"<Protocol {self.name} ({self.family})>"
 

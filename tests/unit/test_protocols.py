@@ -175,3 +175,14 @@ def test_sort_any_keeps_every_format_in_one_wrap_aware_order():
     assert got == [("curator", 2147483646), ("kazoo", 2147483647), ("zkrecipes", -2147483648)]
     assert protocols.own("h-W-0000000001") == QueueNode("h-W-0000000001", "h", "W", 1)
     assert protocols.own(f"{KAZOO_ID}__lock__0000000001") is None
+
+
+def test_a_new_key_in_kazoo_format_gets_persistent_parents():
+    from kazoo.exceptions import NoNodeError
+
+    for name, container in ((KAZOO, False), (CURATOR, True), (ZKRECIPES, True)):
+        proto = get(name, "lock")
+        gen = p.acquire("/a/b", [], proto.prefix("h", "W", "g"), b"", "g", predecessor, protocol=proto)
+        gen.send(None)
+        assert gen.send((NoNodeError(), NoNodeError())) == p.MakeParents("/a/b", [], container)
+        gen.close()
