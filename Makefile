@@ -18,7 +18,7 @@ unit: setup
 # the recipes and their engine (cli, demo and the testing kit are not yet strict-clean)
 TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecipes._gate zkrecipes._lock \
 	zkrecipes._participant zkrecipes.fair zkrecipes.exclusive zkrecipes.rwlock zkrecipes.election \
-	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors zkrecipes._connect \
+	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors zkrecipes._connect zkrecipes.protocols \
 	zkrecipes.semaphore zkrecipes.transaction \
 	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election
 

@@ -409,7 +409,7 @@ def record_requests(client, monkeypatch) -> list:
 @pytest.mark.parametrize("recipe", ["fair", "rw-write", "rw-read"])
 def test_uncontended_acquire_is_one_create_and_one_listing_release_one_delete(zk, monkeypatch, recipe):
     make = RECIPES[recipe] if recipe != "rw-read" else (lambda c, p: ReadWriteLock(c, p).read())
-    zk.create("/rt/keep", makepath=True)  # not a queue node; keeps the container parent from being reaped
+    zk.ensure_path("/rt")  # a persistent parent: not reaped (a non-queue child would be refused)
     with make(zk, "/rt"):
         pass  # the first acquire of this process also ensures the parent
     sent = record_requests(zk, monkeypatch)

@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.security import ACL
 
-from . import _kazoo, naming, retry
+from . import _kazoo, protocols, retry
 from ._protocol import (
     PAUSE,
     SESSION,
@@ -143,7 +143,7 @@ class Driver:
         return self.call(start)
 
     def _make_parents(self, op: MakeParents) -> None:
-        make_parents(self.client, op.path, op.acl, self.call)
+        make_parents(self.client, op.path, op.acl, self.call, op.container)
 
     def _watch(self, op: Watch) -> Any:
         """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
@@ -280,10 +280,10 @@ def _blocking(start: Callable[[], _kazoo.AsyncResult]) -> Any:
 Steps = Generator[Callable[[], _kazoo.AsyncResult], Any, None]  # yields operations to start, is sent their values
 
 
-def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
+def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> Steps:
     """Create ``path`` as a container node (a persistent one where the server has no containers);
     an existing node is fine. Raises NoNodeError if its own parent is missing."""
-    if client not in _no_containers:
+    if container and client not in _no_containers:
         try:
             yield lambda: _kazoo.create_container(client, path, acl)
             return
@@ -300,8 +300,9 @@ def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
         pass
 
 
-def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
-    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl``: deepest
+def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> Steps:
+    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl`` (persistent
+    ones if not ``container``: kazoo's recipes never make a reaped parent again): deepest
     first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).
 
     Written as steps so that both drivers run it: it yields each async operation to start and is sent
@@ -310,7 +311,7 @@ def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
     missing = [path]
     for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
         try:
-            yield from _create_parent(client, missing[-1], acl)
+            yield from _create_parent(client, missing[-1], acl, container)
         except NoNodeError:
             parent = missing[-1].rsplit("/", 1)[0]
             if not parent:
@@ -324,11 +325,11 @@ def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL]) -> Steps:
 
 
 def make_parents(
-    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking
+    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking, container: bool = True
 ) -> None:
     """Run :func:`parent_steps` on this thread. ``call(start)`` runs one async operation and returns its
     value; the default blocks, a :class:`Driver` bounds it by a deadline and retries."""
-    steps = parent_steps(client, path, acl)
+    steps = parent_steps(client, path, acl, container)
     value: Any = None
     error: Optional[BaseException] = None
     while True:
@@ -384,18 +385,18 @@ def delete(
 
 
 def contenders(client: KazooClient, path: str) -> List[Contender]:
-    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined).
-    [] if the path does not exist; connection errors propagate."""
+    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
+    in any format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors propagate."""
     try:
-        nodes = naming.sort_queue(client.get_children(path))
+        nodes = protocols.sort_any(client.get_children(path))
     except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
         return []
-    pending = [client.get_async(f"{path}/{n.name}") for n in nodes]
+    pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]
     out = []
-    for n, ar in zip(nodes, pending):
+    for (found, n), ar in zip(nodes, pending):
         try:
             data, _ = ar.get()
         except NoNodeError:
             continue
-        out.append(naming.contender(n, data))
+        out.append(protocols.contender(found, n, data))
     return out

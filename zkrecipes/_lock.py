@@ -55,10 +55,11 @@ class Lock(Participant):
         return predecessor(ahead, me)
 
     def _protocol(self) -> Proto[Entry]:
-        guid = naming.new_guid()
-        data = naming.node_data(self.identifier, guid, self.host)
-        prefix = naming.prefix(self.host, self._kind)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule)
+        proto = self._proto
+        guid = proto.new_guid()
+        data = proto.data(self.identifier, guid, self.host)
+        prefix = proto.prefix(self.host, self._kind, guid)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -98,7 +99,7 @@ class Lock(Participant):
             hold = g.hold
             if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
                 return
-        mine = naming.parse(hold.node.rsplit("/", 1)[1])
+        mine = self._proto.parse(hold.node.rsplit("/", 1)[1])
         limit = _kazoo.session_timeout(self.client)
         if deadline is not None:
             limit = max(0.0, min(limit, deadline - time.monotonic()))
@@ -108,7 +109,7 @@ class Lock(Participant):
             return  # not known: the hold's own state decides (a suspended hold is not joined)
         if mine is None:
             return
-        behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
+        behind = (n for n in self._proto.sort(names) if naming.distance(n.sequence, mine.sequence) > 0)
         if any(n.kind != naming.READ for n in behind):
             with g.cond:
                 if g.hold is hold:

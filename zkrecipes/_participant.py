@@ -11,7 +11,7 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _drive, _kazoo, naming
+from . import _drive, _kazoo, naming, protocols
 from . import retry as _retry  # the keyword argument is called retry
 from ._protocol import Entry, owns
 from .errors import LockLost
@@ -29,6 +29,8 @@ Listener = Callable[[Any, str], None]
 class Participant:
     """Validates the shared constructor arguments (before any ZooKeeper call) and follows its holds."""
 
+    _format = "lock"  # the recipe family of its node format (:mod:`zkrecipes.protocols`)
+
     def __init__(
         self,
         client: KazooClient,
@@ -39,6 +41,7 @@ class Participant:
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
     ) -> None:
         if not isinstance(client, KazooClient):
             raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
@@ -49,6 +52,8 @@ class Participant:
             raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
         if not isinstance(tolerate_suspended, bool):
             raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
+        self._proto = protocols.get(protocol, self._format)  # the node format: names, data, who we queue with
+        self.protocol = self._proto.name
         self.client = client
         self.acl: Optional[List[ACL]] = list(acl) if acl else None
         self._acl: List[ACL] = list(acl) if acl else list(OPEN_ACL_UNSAFE)  # applied to every node we make

@@ -26,8 +26,10 @@ from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
-from . import naming
+from . import naming, protocols
+from .errors import LockError
 from .naming import QueueNode
+from .protocols import Protocol
 from .retry import TRANSIENT
 
 T = TypeVar("T")
@@ -66,10 +68,12 @@ class Read(NamedTuple):
 
 
 class MakeParents(NamedTuple):
-    """Create ``path`` and its missing ancestors as container nodes, deepest first."""
+    """Create ``path`` and its missing ancestors as container nodes (persistent ones if not
+    ``container``), deepest first."""
 
     path: str
     acl: Sequence[ACL]
+    container: bool = True
 
 
 class Watch(NamedTuple):
@@ -123,12 +127,20 @@ def owns(stat: Optional[ZnodeStat], session: Optional[int]) -> bool:
 
 # -- the queue ---------------------------------------------------------------------------------------
 def acquire(
-    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str, rule: Rule, confirm: bool = False
+    parent: str,
+    acl: Sequence[ACL],
+    prefix: str,
+    data: bytes,
+    guid: str,
+    rule: Rule,
+    confirm: bool = False,
+    protocol: Protocol = protocols.DEFAULT,
 ) -> Proto[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections) our node is read back before we return: it must still
     be ours (a node of a dying session is never taken for ours). A waiter that stood still meanwhile
-    (:data:`STALE`) reads it back too."""
+    (:data:`STALE`) reads it back too. ``protocol`` (the node format) reads every listing: a child it
+    cannot queue with raises LockError (our node deleted)."""
     entry: Optional[Entry] = None
     ahead: List[QueueNode] = []
     watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
@@ -136,7 +148,7 @@ def acquire(
         while True:
             if entry is None:
                 watched.clear()
-                entry, ahead = yield from enqueue(parent, acl, prefix, data, guid)
+                entry, ahead = yield from enqueue(parent, acl, prefix, data, guid, protocol)
             current = yield SESSION
             if current is not None and current != entry.session:
                 entry = None  # our node went with the old session: queue again, at the back
@@ -153,7 +165,7 @@ def acquire(
                 else:
                     relist = yield from _wait_any(parent, list(found), ahead, watched)
                 if relist:  # nodes ahead may be gone that we did not watch: list the queue once
-                    listed = yield from _ahead(parent, entry)
+                    listed = yield from _ahead(parent, entry, protocol)
                     if listed is None:
                         entry = None  # our node is gone (deleted, or with an expired session)
                     else:
@@ -214,32 +226,25 @@ def _wait_any(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], wa
 
 
 def enqueue(
-    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str
+    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str, protocol: Protocol = protocols.DEFAULT
 ) -> Proto[Tuple[Entry, List[QueueNode]]]:
-    """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``."""
-    entry, children = yield from create(parent, acl, prefix, data, guid, sequence=True, listing=True)
-    mine, distance, seq_of = entry.node.sequence, naming.distance, naming.sequence
-    ahead = []
-    for name in children or ():  # filter before parsing: in a long queue most are behind us
-        seq = seq_of(name)
-        if seq is not None and distance(seq, mine) < 0:
-            ahead.append(name)
-    return entry, naming.sort_queue(ahead)
+    """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``. Every
+    child is checked by ``protocol`` (behind us too); a foreign one raises LockError, our node deleted."""
+    entry, children = yield from create(
+        parent, acl, prefix, data, guid, sequence=True, listing=True, containers=protocol.containers
+    )
+    try:
+        ahead, _ = protocol.ahead(parent, children or (), entry.node.sequence)
+    except LockError:
+        yield Delete(entry.path, entry.session)
+        raise
+    return entry, ahead
 
 
-def _ahead(parent: str, entry: Entry) -> Proto[Optional[List[QueueNode]]]:
+def _ahead(parent: str, entry: Entry, protocol: Protocol) -> Proto[Optional[List[QueueNode]]]:
     """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-    mine, seen, ahead, distance = entry.node.sequence, False, [], naming.distance
-    for name in (yield Read("children", parent)):
-        seq = naming.sequence(name)
-        if seq is None:
-            continue
-        d = distance(seq, mine)
-        if d == 0:
-            seen = True
-        elif d < 0:
-            ahead.append(name)
-    return naming.sort_queue(ahead) if seen else None
+    ahead, seen = protocol.ahead(parent, (yield Read("children", parent)), entry.node.sequence)
+    return ahead if seen else None
 
 
 def _confirm(entry: Entry) -> Proto[bool]:
@@ -265,7 +270,14 @@ def in_session(op: Op) -> Proto[Tuple[Any, int]]:
 
 # -- creating our node -------------------------------------------------------------------------------
 def create(
-    parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, sequence: bool, listing: bool = False
+    parent: str,
+    acl: Sequence[ACL],
+    name: str,
+    data: bytes,
+    guid: str,
+    sequence: bool,
+    listing: bool = False,
+    containers: bool = True,
 ) -> Proto[Tuple[Entry, Optional[List[str]]]]:
     """Create our ephemeral node ``<parent>/<name>`` (plus a sequence suffix): ``(entry, children)``.
 
@@ -280,7 +292,7 @@ def create(
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
         created, listed = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
         if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
-            yield MakeParents(parent, acl)
+            yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
             made_parent = True
             continue
         if isinstance(created, ConnectionClosedError):  # stopped or closed: no session will come
@@ -350,7 +362,8 @@ def _own_nodes(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Lis
             data, stat = yield Read("get", f"{parent}/{name}")
         except NoNodeError:
             continue
-        if naming.read_data(data).get("guid") == guid and owns(stat, sid):
+        # our guid: in the name (kazoo's and Curator's formats), or in zkrecipes' JSON data
+        if (guid in name or naming.read_data(data).get("guid") == guid) and owns(stat, sid):
             found.append(Entry(f"{parent}/{name}", naming.parse(name) or _NO_NODE, stat.czxid, sid))
     return found
 

@@ -220,7 +220,7 @@ class Progress:
         """Nodes ahead of ours (all nodes while ours is not there yet); the lock node for --exclusive."""
         from kazoo.exceptions import NoNodeError
 
-        from . import naming
+        from . import protocols
 
         if self.exclusive:
             return 1 if self.client.exists(self.path + "/lock", watch=lambda e: self._changed.set()) else 0
@@ -228,7 +228,7 @@ class Progress:
             children = self.client.get_children(self.path, watch=lambda e: self._changed.set())
         except NoNodeError:
             return 0
-        nodes = naming.sort_queue(children)
+        nodes = [n for _, n in protocols.sort_any(children)]
         mine = [i for i, n in enumerate(nodes) if self._ours(n)]
         return mine[0] if mine else len(nodes)
 
@@ -266,11 +266,16 @@ class Progress:
 
 
 def cmd_lock(args) -> int:
-    from . import ExclusiveLock, LockError, ReadWriteLock, Semaphore
+    from . import ExclusiveLock, FairLock, LockError, ReadWriteLock, Semaphore
 
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "lock")
     identifier = _check_identifier(args.identifier)
+    if args.exclusive and args.protocol != "zkrecipes":
+        raise _fail(f"--exclusive has no --protocol {args.protocol} (that library has no such lock); use --write",
+                    EXIT_USAGE)
+    if args.leases and args.protocol != "zkrecipes":
+        raise _fail(f"-n has no --protocol {args.protocol} (zkrecipes' semaphore only)", EXIT_USAGE)
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
@@ -278,13 +283,15 @@ def cmd_lock(args) -> int:
             lock = ExclusiveLock(client, path, identifier, acl=security.acl())
         elif args.leases:
             lock = Semaphore(client, path, args.leases, identifier, acl=security.acl())
+        elif args.protocol == "curator" and not (args.read or args.write):  # Curator's InterProcessMutex
+            lock = FairLock(client, path, identifier, protocol="curator", acl=security.acl())
         else:
-            rw = ReadWriteLock(client, path, identifier, acl=security.acl())
+            rw = ReadWriteLock(client, path, identifier, protocol=args.protocol, acl=security.acl())
             lock = rw.read() if args.read else rw.write()
         progress = Progress(client, path, args.exclusive, args.progress or sys.stderr.isatty())
         try:
             got = lock.acquire(timeout=args.timeout)
-        except LockError as exc:  # misuse found in ZooKeeper: -n disagrees with the holders, a mixed path
+        except LockError as exc:  # misuse found in ZooKeeper: another library's nodes, -n disagreeing
             raise _fail(str(exc), EXIT_USAGE) from None
         except KeyboardInterrupt:
             raise _fail(f"interrupted while waiting for {path}", EXIT_INTERRUPTED) from None
@@ -311,18 +318,20 @@ def cmd_lock(args) -> int:
 
 
 def cmd_elect(args) -> int:
-    from . import LeaderElection
+    from . import LeaderElection, LockError
 
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "elect")
     identifier = _check_identifier(args.identifier)
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
-    election = LeaderElection(client, path, identifier, acl=security.acl())
+    election = LeaderElection(client, path, identifier, protocol=args.protocol, acl=security.acl())
     try:
         while True:
             try:
                 got = election.campaign(timeout=args.timeout)
+            except LockError as exc:  # the path holds another library's nodes: use its --protocol
+                raise _fail(str(exc), EXIT_USAGE) from None
             except KeyboardInterrupt:
                 raise _fail(f"interrupted while campaigning on {path}", EXIT_INTERRUPTED) from None
             except Terminated as sig:
@@ -352,7 +361,7 @@ def queue_status(client, path: str) -> list:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
-    from . import naming
+    from . import naming, protocols
 
     try:
         children = client.get_children(path)
@@ -361,12 +370,14 @@ def queue_status(client, path: str) -> list:
     now = time.time()
     rows = []
     writer_ahead = False
-    for pos, node in enumerate(naming.sort_queue(children)):
+    for pos, (found, node) in enumerate(protocols.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
         try:
             data, stat = client.get(f"{path}/{node.name}")
         except NoNodeError:  # left between the listing and the read
             continue
         d = naming.read_data(data)
+        if found is not None and found.protocol != protocols.ZKRECIPES:  # kazoo/Curator: the id is the data
+            d = {"id": protocols.contender(found, node, data).identifier}
         if node.kind == naming.READ:
             holding = not writer_ahead
         elif node.kind == naming.LEASE:  # a semaphore's lease: held while fewer than N are ahead
@@ -375,12 +386,14 @@ def queue_status(client, path: str) -> list:
             holding = pos == 0
             writer_ahead = True
         rows.append(_row(len(rows), node.name, node.kind, d, node.host, now, holding))
+        rows[-1]["protocol"] = protocols.label(found)
         if node.kind == naming.LEASE:
             rows[-1]["leases"] = node.leases
     if "lock" in children:
         try:
             data, stat = client.get(f"{path}/lock")
             rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now, True))
+            rows[0]["protocol"] = "zkrecipes"
         except NoNodeError:
             pass
     return rows
@@ -406,6 +419,8 @@ def render_table(path: str, rows: list) -> str:
     cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
     if any("leases" in r for r in rows):
         cols.insert(3, "leases")
+    if any(r.get("protocol", "zkrecipes") != "zkrecipes" for r in rows):  # a path shared with kazoo/Curator
+        cols.append("protocol")
     cells = [[str(r[c]) if r.get(c) is not None else "-" for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip()]
@@ -537,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--grace", type=_nonneg, default=10.0, metavar="S",
                     help="after a lost hold, SIGKILL CMD S seconds after SIGTERM (default 10)")
     lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
+    lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
+                    help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
+                         "curator: InterProcessMutex, or with --read/--write InterProcessReadWriteLock")
     common(lk)
     lk.set_defaults(func=cmd_lock, parser=lk)
 
@@ -548,6 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
     el.add_argument("--timeout", type=_nonneg, metavar="S", help="give up campaigning after S seconds (exit 75)")
     el.add_argument("--requeue", action="store_true", help="campaign again each time CMD ends")
     el.add_argument("--grace", type=_nonneg, default=10.0, metavar="S")
+    el.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
+                    help="node format, to share PATH with kazoo's Election or Curator's LeaderLatch")
     common(el)
     el.set_defaults(func=cmd_elect, parser=el)
 

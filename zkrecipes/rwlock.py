@@ -31,6 +31,7 @@ class ReadLock(FairLock):
     """
 
     _kind = naming.READ
+    _format = "rw"
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         return nearest_writer(ahead, me)
@@ -40,6 +41,7 @@ class WriteLock(FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
     _kind = naming.WRITE  # wait-rule: predecessor, as FairLock
+    _format = "rw"
 
 
 class ReadWriteLock:
@@ -50,8 +52,9 @@ class ReadWriteLock:
     readers that arrive after it (no writer starvation). ``write()`` and ``FairLock`` on one path are
     the same queue. Downgrade: while holding ``write()``, take ``read()`` and then release the write
     side; the write node stays until the read is released, so no queued writer slips in between.
-    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``) go to
-    both sides.
+    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``,
+    ``protocol`` -- ``"kazoo"``: kazoo's ``ReadLock``/``WriteLock``; ``"curator"``: Curator's
+    ``InterProcessReadWriteLock``) go to both sides.
     """
 
     def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:

@@ -271,7 +271,7 @@ class AioDriver:
         return await self.call(start)
 
     async def _make_parents(self, op: MakeParents) -> None:
-        steps = _drive.parent_steps(self.client, op.path, op.acl)
+        steps = _drive.parent_steps(self.client, op.path, op.acl, op.container)
         value: Any = None
         error: Optional[BaseException] = None
         while True:
