@@ -19,7 +19,7 @@ unit: setup
 TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecipes._gate zkrecipes._lock \
 	zkrecipes._participant zkrecipes.fair zkrecipes.exclusive zkrecipes.rwlock zkrecipes.election \
 	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors zkrecipes._connect zkrecipes.protocols \
-	zkrecipes.semaphore zkrecipes.transaction \
+	zkrecipes.semaphore zkrecipes.transaction zkrecipes.cli zkrecipes.demo \
 	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election
 
 # the kazoo seam is also tested on the oldest kazoo that setup.cfg allows

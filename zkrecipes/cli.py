@@ -23,7 +23,14 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Callable, Optional, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from ._connect import Security
+    from ._lock import Lock
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -74,7 +81,7 @@ class Terminated(BaseException):
         self.signum = signum
 
 
-def _terminate(signum, frame) -> None:
+def _terminate(signum: int, frame: Optional[FrameType]) -> None:
     raise Terminated(signum)
 
 
@@ -83,7 +90,9 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 # -- connection --------------------------------------------------------------------------------------
-def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float, security=None):
+def connect(
+    hosts: Optional[str], connect_timeout: float, session_timeout: float, security: "Optional[Security]" = None
+) -> KazooClient:
     """A started KazooClient (with ``security``, a :class:`zkrecipes._connect.Security`), or CliError naming
     the hosts and the time waited (69), or the authentication that failed (77)."""
     from . import _connect
@@ -113,18 +122,18 @@ def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float
     return client
 
 
-def _security(args):
+def _security(args: argparse.Namespace) -> "Security":
     """The TLS/SASL/auth settings of ``args`` and the environment (kept on ``args`` for error messages)."""
     from . import _connect
 
     try:
-        args.security = _connect.from_args(args)
+        security = args.security = _connect.from_args(args)
     except _connect.ConnectError as exc:
         raise _fail(str(exc), exc.code) from None
-    return args.security
+    return security
 
 
-def _close(client) -> None:
+def _close(client: KazooClient) -> None:
     """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises."""
     try:
         client.stop()
@@ -146,7 +155,7 @@ class Outcome:
         self.signalled = signalled  # we forwarded SIGINT/SIGTERM/SIGHUP to it: the user wants to stop
 
 
-def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describe_loss: Callable[[], str],
+def run_held(cmd: Sequence[str], env_extra: Dict[str, str], lost: threading.Event, describe_loss: Callable[[], str],
              grace: float) -> Outcome:
     """Run ``cmd`` while ``lost`` is not set; on loss SIGTERM it (SIGKILL after ``grace``) and raise CliError 75.
 
@@ -163,7 +172,7 @@ def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describ
         raise _fail(f"cannot run {cmd[0]}: {exc.strerror or exc}", EXIT_NOEXEC) from None
     forwarded = []
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: Optional[FrameType]) -> None:
         forwarded.append(signum)
         if proc.poll() is None:
             proc.send_signal(signum)
@@ -189,7 +198,7 @@ def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describ
             signal.signal(s, h)
 
 
-def _loss_reason(client, what: str) -> str:
+def _loss_reason(client: KazooClient, what: str) -> str:
     """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
     if client.connected:
         return f"{what}: the ZooKeeper session expired"
@@ -201,14 +210,14 @@ def _loss_reason(client, what: str) -> str:
     return f"{what}: no connection to ZooKeeper for longer than the session timeout ({timeout:g} s)"
 
 
-def _token_env(token: Optional[int], node: Optional[str]) -> dict:
+def _token_env(token: Optional[int], node: Optional[str]) -> Dict[str, str]:
     return {"ZKRECIPES_TOKEN": "" if token is None else str(token), "ZKRECIPES_NODE": node or ""}
 
 
 class Progress:
     """Tracks how many are ahead of us while we wait; prints changes to stderr when asked to."""
 
-    def __init__(self, client, path: str, exclusive: bool, show: bool) -> None:
+    def __init__(self, client: KazooClient, path: str, exclusive: bool, show: bool) -> None:
         self.client, self.path, self.exclusive, self.show = client, path, exclusive, show
         self.ahead: Optional[int] = None
         self._stop = threading.Event()
@@ -232,7 +241,7 @@ class Progress:
         mine = [i for i, n in enumerate(nodes) if self._ours(n)]
         return mine[0] if mine else len(nodes)
 
-    def _ours(self, node) -> bool:
+    def _ours(self, node: Any) -> bool:
         from . import naming
 
         if node.host != naming.default_host():
@@ -265,7 +274,7 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def cmd_lock(args) -> int:
+def cmd_lock(args: argparse.Namespace) -> int:
     from . import ExclusiveLock, FairLock, LockError, ReadWriteLock, Semaphore
 
     path = _check_path(args.path)
@@ -279,6 +288,7 @@ def cmd_lock(args) -> int:
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
+        lock: Lock
         if args.exclusive:
             lock = ExclusiveLock(client, path, identifier, acl=security.acl())
         elif args.leases:
@@ -300,7 +310,7 @@ def cmd_lock(args) -> int:
         finally:
             progress.stop()
         if not got:
-            ahead = progress.ahead
+            ahead: object = progress.ahead
             if ahead is None:
                 try:
                     ahead = progress.count()
@@ -317,7 +327,7 @@ def cmd_lock(args) -> int:
         _close(client)
 
 
-def cmd_elect(args) -> int:
+def cmd_elect(args: argparse.Namespace) -> int:
     from . import LeaderElection, LockError
 
     path = _check_path(args.path)
@@ -357,7 +367,7 @@ def cmd_elect(args) -> int:
 
 
 # -- status --------------------------------------------------------------------------------------------
-def queue_status(client, path: str) -> list:
+def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
@@ -368,7 +378,7 @@ def queue_status(client, path: str) -> list:
     except NoNodeError:
         return []
     now = time.time()
-    rows = []
+    rows: List[Dict[str, Any]] = []
     writer_ahead = False
     for pos, (found, node) in enumerate(protocols.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
         try:
@@ -399,7 +409,7 @@ def queue_status(client, path: str) -> list:
     return rows
 
 
-def _row(pos: int, name: str, kind: str, d: dict, host: str, now: float, holding: bool) -> dict:
+def _row(pos: int, name: str, kind: str, d: Dict[str, Any], host: str, now: float, holding: bool) -> Dict[str, Any]:
     t = d.get("time")
     return {
         "position": pos,
@@ -413,7 +423,7 @@ def _row(pos: int, name: str, kind: str, d: dict, host: str, now: float, holding
     }
 
 
-def render_table(path: str, rows: list) -> str:
+def render_table(path: str, rows: List[Dict[str, Any]]) -> str:
     if not rows:
         return f"{path}: no holders or waiters"
     cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
@@ -428,7 +438,7 @@ def render_table(path: str, rows: list) -> str:
     return "\n".join(lines)
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     from kazoo.exceptions import NoNodeError
 
     path = _check_path(args.path)
@@ -482,7 +492,7 @@ def _check_identifier(identifier: Optional[str]) -> Optional[str]:
         raise _fail(f"bad identifier: {exc}", EXIT_USAGE) from None
 
 
-def _check_cmd(cmd: Optional[list], command: str) -> list:
+def _check_cmd(cmd: Optional[List[str]], command: str) -> List[str]:
     if not cmd:
         raise _fail(f"missing command: usage: zkrecipes {command} PATH [options] -- CMD [ARGS...]", EXIT_USAGE)
     return cmd
@@ -527,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    def common(sp, session_default: float = 10.0) -> None:
+    def common(sp: argparse.ArgumentParser, session_default: float = 10.0) -> None:
         sp.add_argument("--hosts", help="ZooKeeper connect string (default: $ZK_HOSTS)")
         sp.add_argument("--connect-timeout", type=_positive, default=10.0, metavar="S",
                         help="give up reaching ZooKeeper after S seconds (default 10)")
@@ -588,7 +598,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import MAX_WORKERS, MIN_SECONDS, run_demo
 
     if not 2 <= args.workers <= MAX_WORKERS:
@@ -596,9 +606,16 @@ def cmd_demo(args) -> int:
     if args.seconds < MIN_SECONDS:
         raise _fail(f"--seconds must be at least {MIN_SECONDS:g} (a failover takes a session timeout), "
                     f"got {args.seconds:g}", EXIT_USAGE)
+    from .testing import ZooKeeperNotFound
+
+    def demo_connect(hosts: str, security: "Optional[Security]") -> KazooClient:
+        return connect(hosts, 10.0, 10.0, security)
+
     try:
         return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout,
-                        security=_security(args))
+                        connect=demo_connect, security=_security(args))
+    except ZooKeeperNotFound as exc:
+        raise _fail(f"cannot start the embedded demo ensemble: {exc}", EXIT_UNAVAILABLE) from None
     except Terminated:
         raise _fail("demo terminated", EXIT_TERMINATED) from None
 
@@ -623,12 +640,12 @@ def _setup_logging() -> None:
     logging.basicConfig(level=level.upper(), format=fmt)
 
 
-def _thread_error(hook_args) -> None:
+def _thread_error(hook_args: Any) -> None:
     log.debug("thread %s died", getattr(hook_args.thread, "name", "?"),
               exc_info=(hook_args.exc_type, hook_args.exc_value, hook_args.exc_traceback))
 
 
-def _split_command(argv: list) -> tuple:
+def _split_command(argv: List[str]) -> Tuple[List[str], Optional[List[str]]]:
     """(options, command): the command is everything after the first ``--``, None without one."""
     if "--" in argv:
         i = argv.index("--")
@@ -636,7 +653,7 @@ def _split_command(argv: list) -> tuple:
     return argv, None
 
 
-def _parse(argv: list):
+def _parse(argv: List[str]) -> argparse.Namespace:
     head, cmd = _split_command(argv)
     args, extras = build_parser().parse_known_args(head)
     takes_cmd = args.command in ("lock", "elect")
@@ -658,7 +675,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     threading.excepthook = _thread_error  # kazoo's I/O thread dies on some SASL refusals: no traceback
     old = {s: signal.signal(s, _terminate) for s in _STOP_SIGNALS}
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except CliError as exc:
         print(f"zkrecipes: {exc}", file=sys.stderr)
         return exc.code
