@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Dict, Mapping, Optional, Sequence
+from typing import IO, Dict, List, Mapping, Optional, Sequence
 
 from . import _secure as secure
 from ._proc import die_with_parent
@@ -183,8 +183,8 @@ class Ensemble:
                 raise
         if self.sasl_users:
             secure.write_jaas(os.path.join(self.workdir, "jaas.conf"), self.sasl_users)
-        self._procs: list[Optional[subprocess.Popen]] = [None] * size
-        self._logs: list = [None] * size
+        self._procs: List[Optional["subprocess.Popen[bytes]"]] = [None] * size
+        self._logs: List[Optional[IO[bytes]]] = [None] * size
         self._lock = threading.RLock()
         self._closed = False
         self._write_configs()
@@ -267,7 +267,7 @@ class Ensemble:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def start(self, i: Optional[int] = None, wait: bool = True) -> "Ensemble":
@@ -311,7 +311,7 @@ class Ensemble:
             os.path.join(d, "zoo.cfg"),
         ]
         main = threading.current_thread() is threading.main_thread()
-        self._procs[i] = subprocess.Popen(
+        proc = self._procs[i] = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=logf,
@@ -319,10 +319,11 @@ class Ensemble:
             start_new_session=True,
             preexec_fn=die_with_parent if main else None,
         )
-        if self._logs[i]:
-            self._logs[i].close()
+        old = self._logs[i]
+        if old is not None:
+            old.close()
         self._logs[i] = logf
-        log.debug("started ZooKeeper server %d (pid %d) on port %d", i, self._procs[i].pid, self.client_ports[i])
+        log.debug("started ZooKeeper server %d (pid %d) on port %d", i, proc.pid, self.client_ports[i])
 
     def running(self, i: int) -> bool:
         """True while the process of server ``i`` is alive."""
