@@ -20,7 +20,8 @@ TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecip
 	zkrecipes._participant zkrecipes.fair zkrecipes.exclusive zkrecipes.rwlock zkrecipes.election \
 	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors zkrecipes._connect zkrecipes.protocols \
 	zkrecipes.semaphore zkrecipes.transaction zkrecipes.cli zkrecipes.demo \
-	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election
+	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election \
+	zkrecipes.aio.semaphore zkrecipes.aio.transaction
 
 # the kazoo seam is also tested on the oldest kazoo that setup.cfg allows
 KAZOO_OLDEST := 2.9.0

@@ -121,8 +121,8 @@ class Gate:
         with self.cond:
             c = self.counts.get(me)
             if c is None or not c.side(kind):
-                what = "write" if kind == WRITE else "read"
-                raise LockError(f"{self.path}: release of a {what} lock the caller does not hold")
+                what = {WRITE: "a write lock", READ: "a read lock"}.get(kind, "a lease")
+                raise LockError(f"{self.path}: release of {what} the caller does not hold")
             if kind == WRITE:
                 c.write -= 1
                 if not c.write:

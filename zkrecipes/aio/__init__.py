@@ -8,5 +8,16 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 
 from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
+from .semaphore import Semaphore
+from .transaction import HeldTransaction
 
-__all__ = ["ExclusiveLock", "FairLock", "LeaderElection", "ReadLock", "ReadWriteLock", "WriteLock"]
+__all__ = [
+    "ExclusiveLock",
+    "FairLock",
+    "HeldTransaction",
+    "LeaderElection",
+    "ReadLock",
+    "ReadWriteLock",
+    "Semaphore",
+    "WriteLock",
+]

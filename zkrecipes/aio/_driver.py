@@ -98,6 +98,7 @@ class AioDriver:
         self.nowait = nowait
         self._stop: Optional[Type[BaseException]] = None  # Cancelled / DeadlinePassed once interrupted
         self._waiter: Optional["asyncio.Future[Any]"] = None  # the future this acquire awaits now
+        self._wakeable = False  # the waiter is a sleep (a wake-up ends it), not a request's reply
         self._woken = False
         self._deleted: Set[str] = set()
         self._deleted_at: Optional[float] = None
@@ -148,7 +149,7 @@ class AioDriver:
             fut = self.loop.create_future()
             self.loop.call_later(0.05, _settle, fut)
             if not self._woken:
-                await self._await(fut)
+                await self._await(fut, wakeable=True)
             self._woken = False
             return None
         if op is UNWATCH:
@@ -172,13 +173,15 @@ class AioDriver:
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise DeadlinePassed()
 
-    async def _await(self, fut: "asyncio.Future[Any]") -> Any:
+    async def _await(self, fut: "asyncio.Future[Any]", wakeable: bool = False) -> Any:
+        """Await ``fut``; the deadline and interrupts fail it, wake-ups end it only if ``wakeable`` (a
+        reply's future must wait for its reply: a watch of ours may fire while another request is out)."""
         self.check()
-        self._waiter = fut
+        self._waiter, self._wakeable = fut, wakeable
         try:
             return await fut
         finally:
-            self._waiter = None
+            self._waiter, self._wakeable = None, False
 
     def _wake(self, event: Optional[WatchedEvent] = None) -> None:  # loop thread
         if event is not None and event.type == EventType.DELETED:
@@ -186,7 +189,7 @@ class AioDriver:
             self._deleted_at = time.monotonic()
         self._woken = True
         w = self._waiter
-        if w is not None and not w.done():
+        if w is not None and self._wakeable and not w.done():
             w.set_result(None)
 
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only hand over
@@ -211,7 +214,7 @@ class AioDriver:
         if self.nowait:
             raise DeadlinePassed()
         if not self._woken:
-            await self._await(self.loop.create_future())
+            await self._await(self.loop.create_future(), wakeable=True)
         self._woken = False
         self.check()
 

@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import time
-from typing import Any, AsyncIterator, Callable, List, Optional, Set, Type
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Optional, Set, Type
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
@@ -33,6 +33,9 @@ from ..session import HELD, LOST, SUSPENDED, Hold
 from . import _driver
 from ._driver import AioDriver, call_soon
 from ._gate import enter
+
+if TYPE_CHECKING:
+    from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.aio")
 
@@ -134,16 +137,20 @@ class Lock(Reporter):
     _core_class: Type[_CoreLock] = _fair.FairLock
 
     def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        core = self._core_class(client, path, identifier, **kwargs)
+        self._wrap(self._core_class(client, path, identifier, **kwargs))
+
+    def _wrap(self, core: _CoreLock) -> None:
         super().__init__(core)
         self._lock_core = core
         self._kind = core._kind
-        # tasks get their own gates (and so their own node), apart from the threads of this process
-        self._gate: Gate = _gate.gate(client, self.path, "aio-" + core._family)
+        self._setup_gate()
         self._cancelled = False
         self._drivers: Set[AioDriver] = set()
-        self._attached: Optional[Hold] = None  # the hold this object reports on
-        self._hold_listener: Optional[Callable[[str], None]] = None
+        self._attached: Dict[Hold, Callable[[str], None]] = {}  # the holds this object reports on
+
+    def _setup_gate(self) -> None:
+        # tasks get their own gates (and so their own node), apart from the threads of this process
+        self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._lock_core._family)
 
     # -- acquire / release ---------------------------------------------------------------------------
     async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -278,8 +285,8 @@ class Lock(Reporter):
             if self in self._gate.objects:
                 return
             self._gate.objects.add(self)
-        self._attached, self._hold_listener = hold, functools.partial(self._told, hold)
-        hold.add_listener(self._hold_listener)
+        listener = self._attached[hold] = functools.partial(self._told, hold)
+        hold.add_listener(listener)
         self._on_hold(hold, hold.state)
 
     def _told(self, hold: Hold, state: str) -> None:  # the session thread, or the loop (mark_lost)
@@ -288,13 +295,13 @@ class Lock(Reporter):
             call_soon(loop, self._on_hold, hold, state)
 
     def _detach(self, hold: Hold) -> None:
-        if self._hold_listener is not None:
-            hold.remove_listener(self._hold_listener)
-        self._attached, self._hold_listener = None, None
+        listener = self._attached.pop(hold, None)
+        if listener is not None:
+            hold.remove_listener(listener)
         self._set_state(IDLE)
 
     def _on_hold(self, hold: Hold, state: str) -> None:  # the loop
-        if self._attached is not hold:
+        if hold not in self._attached:
             return  # detached meanwhile: old news (a loss found while releasing is still told)
         if state == LOST:
             self.lost.set()
@@ -337,6 +344,17 @@ class Lock(Reporter):
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling task")
         await self._check_hold(hold, "hold")
+
+    def transaction(self) -> "HeldTransaction":
+        """A kazoo transaction that commits only while the calling task's hold lives:
+        ``await tx.commit()`` (see :class:`zkrecipes.aio.HeldTransaction`). LockError if this task does
+        not hold the lock."""
+        from .transaction import HeldTransaction
+
+        hold = self._my_hold()
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling task")
+        return HeldTransaction(self, hold)
 
     def __repr__(self) -> str:
         return f"<aio.{type(self).__name__} {self.path!r} state={self._state}>"

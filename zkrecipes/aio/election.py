@@ -19,6 +19,7 @@ from ..session import HELD, LOST, Hold
 from . import _driver
 from ._driver import AioDriver, call_soon
 from ._lock import Reporter
+from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.aio")
 
@@ -176,6 +177,14 @@ class LeaderElection(Reporter):
         if hold is None:
             raise LockLost(f"{self.path}: not the leader")
         await self._check_hold(hold, "leadership")
+
+    def transaction(self) -> HeldTransaction:
+        """A kazoo transaction that commits only while this term of leadership lives: ``await
+        tx.commit()`` (see :class:`zkrecipes.aio.HeldTransaction`). LockLost if not the leader."""
+        hold = self._hold
+        if hold is None:
+            raise LockLost(f"{self.path}: not the leader")
+        return HeldTransaction(self, hold)
 
     async def contenders(self) -> List[Contender]:
         """Candidates in queue order (the first is the leader)."""
