@@ -107,8 +107,7 @@ def worker(impl: str, hosts: str, root: str) -> None:
 
 def wake_worker(hosts: str, root: str, handoffs: int) -> None:
     """Hand-off wake path: watch notification in the waiter's driver -> its acquire returning."""
-    from zkrecipes import FairLock
-    from zkrecipes import _drive
+    from zkrecipes import FairLock, _drive
 
     notified: list = []
     original = _drive.Driver._on_watch
@@ -127,7 +126,7 @@ def wake_worker(hosts: str, root: str, handoffs: int) -> None:
         box: dict = {}
         queued = threading.Event()
 
-        def wait() -> None:
+        def wait(box: dict = box, queued: threading.Event = queued) -> None:
             queued.set()
             box["ok"] = waiter.acquire(timeout=30)
             box["t"] = time.perf_counter()
