@@ -53,7 +53,15 @@ _no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients wh
 
 
 class Driver:
-    """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries."""
+    """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries.
+
+    Built per acquire, so it is kept cheap: the wake-up Event and the session subscription are made
+    only when the acquire has to wait (an uncontended acquire never does)."""
+
+    __slots__ = (
+        "client", "nowait", "deadline", "cancel", "policy", "wake", "_deleted", "_deleted_at", "_since",
+        "_watched", "_session", "__weakref__",
+    )
 
     def __init__(
         self,
@@ -68,52 +76,60 @@ class Driver:
         self.deadline = deadline
         self.cancel = cancel
         self.policy = policy
-        self.wake = threading.Event()
+        self.wake: Optional[threading.Event] = None  # made before the first wait (see interrupt())
         self._deleted: Set[str] = set()
         self._deleted_at: Optional[float] = None
-        self._since = time.monotonic()
+        self._since = 0.0
         self._watched: Optional[str] = None
         self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
-        self._ops: Dict[type, Callable[[Any], Any]] = {
-            Send: self._send,
-            Read: self._read,
-            MakeParents: self._make_parents,
-            Watch: self._watch,
-            Delete: self._delete,
-        }
+
+    def interrupt(self) -> None:
+        """Wake a waiting acquire (call after setting its cancel; any thread). A driver that has no
+        Event yet has not started to wait: it sees the cancel before it does."""
+        wake = self.wake
+        if wake is not None:
+            wake.set()
+
+    def _wake(self) -> threading.Event:
+        """The wake-up Event, made on first need, always before the cancel is checked for a wait."""
+        wake = self.wake
+        if wake is None:
+            wake = self.wake = threading.Event()
+        return wake
 
     def run(self, proto: Proto[T]) -> T:
         """Drive ``proto`` to its end: its return value, or its exception (after its cleanup ran)."""
         send: Any = None
         error: Optional[BaseException] = None
+        ops = _OPS
         try:
             while True:
                 try:
                     op = proto.throw(error) if error is not None else proto.send(send)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
-                send, error = None, None
+                error = None
                 try:
-                    send = self._do(op)
+                    handler = ops.get(type(op))
+                    send = handler(self, op) if handler is not None else self._plain(op)
                 except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the protocol cleans up
-                    error = exc
+                    send, error = None, exc
         finally:
-            self.close()
+            if self._watched is not None or self._session is not None:
+                self.close()
 
-    def _do(self, op: Any) -> Any:
-        handler = self._ops.get(type(op))
-        if handler is not None:
-            return handler(op)
+    def _plain(self, op: Any) -> Any:
         if op is SESSION:
             return _kazoo.session_id(self.client)
+        if op is STALE:
+            return self._stale()
         if op is SLEEP:
             self._sleep()
             return self._watched is not None and self._watched in self._deleted
-        if op is STALE:
-            return self._stale()
         if op is PAUSE:
+            wake = self._wake()
             self.check()
-            self.wake.wait(0.05)
+            wake.wait(0.05)
             return None
         if op is UNWATCH:
             self.unwatch()
@@ -125,9 +141,9 @@ class Driver:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
+            # ZooKeeper answers in order: once the listing is in, so is the create (one wake-up, not two)
+            self._wait_ready(create if listing is None else listing)
             self._wait_ready(create)
-            if listing is not None:
-                self._wait_ready(listing)
         except BaseException:
             create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             raise
@@ -150,7 +166,11 @@ class Driver:
         """Set our (single) data watch; a ``get`` rather than ``exists``: on a missing node it leaves no
         watch behind to remove."""
         self.unwatch()
-        self.wake.clear()
+        wake = self.wake
+        if wake is None:
+            self.wake = threading.Event()
+        else:
+            wake.clear()
         if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
@@ -167,13 +187,13 @@ class Driver:
 
     # -- waiting ------------------------------------------------------------------------------------
     def _on_session(self, event: str) -> None:
-        self.wake.set()
+        self.interrupt()
 
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only record and wake
         if event.type == EventType.DELETED:
             self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
             self._deleted_at = time.monotonic()
-        self.wake.set()
+        self.interrupt()
 
     def _stale(self) -> bool:
         """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
@@ -219,12 +239,13 @@ class Driver:
 
     def _sleep(self) -> None:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
+        wake = self._wake()
         self.check()
         if self.nowait:
             raise DeadlinePassed()
-        while not self.wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
+        while not wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
             self.check()
-        self.wake.clear()
+        wake.clear()
         self.check()
 
     def unwatch(self) -> None:
@@ -237,6 +258,15 @@ class Driver:
         if self._session is not None:
             self._session.unsubscribe(self._on_session)
             self._session = None
+
+
+_OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
+    Send: Driver._send,
+    Read: Driver._read,
+    MakeParents: Driver._make_parents,
+    Watch: Driver._watch,
+    Delete: Driver._delete,
+}
 
 
 def _outcome(ar: _kazoo.AsyncResult) -> Any:

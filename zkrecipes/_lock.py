@@ -49,6 +49,7 @@ class Lock(Participant):
         self._gate: Gate = _gate.gate(self.client, self.path, self._family)
         self._cancel = threading.Event()
         self._drivers: Set[Driver] = set()
+        self._prefix = naming.prefix(self.host, self._kind)
 
     # -- what a recipe declares ----------------------------------------------------------------------
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
@@ -57,8 +58,7 @@ class Lock(Participant):
     def _protocol(self) -> Proto[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
-        prefix = naming.prefix(self.host, self._kind)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule)
+        return _protocol.acquire(self.path, self._acl, self._prefix, data, guid, self._rule)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -78,7 +78,8 @@ class Lock(Participant):
             blocking, timeout = False, None
         deadline = None if timeout is None else time.monotonic() + timeout
         me = threading.get_ident()
-        self._cancel.clear()
+        if self._cancel.is_set():  # Event.clear() takes a lock: only when there is something to clear
+            self._cancel.clear()
         if self._kind == naming.READ:
             self._look_for_writers(deadline)
         entered = self._gate.enter(me, self._kind, blocking, deadline, self._cancel.is_set, _joinable)
@@ -115,7 +116,8 @@ class Lock(Participant):
                     g.writer_behind = hold
 
     def _acquire_zk(self, me: int, blocking: bool, deadline: Optional[float]) -> bool:
-        self.lost.clear()
+        if self.lost.is_set():
+            self.lost.clear()
         self._set_state(WAITING)
         ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
         driver = Driver(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking)
@@ -162,7 +164,7 @@ class Lock(Participant):
         :class:`LockCancelled`); their nodes are deleted. Safe to call from any thread."""
         self._cancel.set()
         for d in list(self._drivers):
-            d.wake.set()
+            d.interrupt()
         self._gate.wake_all()
 
     # -- context managers ----------------------------------------------------------------------------

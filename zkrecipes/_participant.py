@@ -68,6 +68,8 @@ class Participant:
             if self._state == state:
                 return
             self._state = state
+            if not self._listeners:
+                return
             listeners = list(self._listeners)
         for fn in listeners:
             try:
