@@ -147,7 +147,7 @@ class Driver:
         except BaseException:
             create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             raise
-        return _outcome(create), (None if listing is None else _outcome(listing))
+        return _kazoo.outcome(create), (None if listing is None else _kazoo.outcome(listing))
 
     def _read(self, op: Read) -> Any:
         c = self.client
@@ -269,14 +269,6 @@ _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with argument
 }
 
 
-def _outcome(ar: _kazoo.AsyncResult) -> Any:
-    """A ready result's value, or its exception as a value."""
-    try:
-        return ar.get(block=False)
-    except Exception as exc:
-        return exc
-
-
 def _delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], None]:
     """A callback for a create abandoned mid-flight: if it succeeds after all, delete the node."""
 
@@ -363,13 +355,15 @@ def delete(
         sid = _kazoo.session_id(client)
         if session is not None and sid not in (None, session):
             raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
-        ar = client.delete_async(path)  # queued by kazoo until reconnected; dropped if the session ends
+        ar = _kazoo.delete_async(client, path)  # queued by kazoo until reconnected; dropped if the session ends
         while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
             if gone is not None and gone():
                 raise _SessionGone()
             if time.monotonic() >= deadline:
-                break
-        ar.get(timeout=0)  # its result, its error, or kazoo's timeout error
+                ar.get(timeout=0)  # kazoo's timeout error
+        exc = ar.exception
+        if exc is not None:
+            raise exc
 
     try:
         retry.call(attempt, deadline=deadline, policy=policy)

@@ -54,6 +54,9 @@ class SessionWatcher:
     @classmethod
     def of(cls, client: KazooClient) -> "SessionWatcher":
         """The watcher of ``client`` (created on first use)."""
+        w = cls._registry.get(client)  # one per client for its lifetime: no lock needed to find it
+        if w is not None:
+            return w
         with cls._registry_lock:
             w = cls._registry.get(client)
             if w is None:
