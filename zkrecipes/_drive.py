@@ -109,6 +109,9 @@ class Driver:
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 error = None
+                if op is SESSION:  # the most frequent request, and it cannot fail
+                    send = _kazoo.session_id(self.client)
+                    continue
                 try:
                     handler = ops.get(type(op))
                     send = handler(self, op) if handler is not None else self._plain(op)

@@ -63,9 +63,13 @@ register_nowatcher()
 
 
 def session_id(client: KazooClient) -> Optional[int]:
-    """The client's current session id, or None while it has none (public ``client_id``/``connected``)."""
-    cid = client.client_id
-    return int(cid[0]) if cid and client.connected else None
+    """The client's current session id, or None while it has none. What ``client_id`` tells, read in one
+    step (an acquire asks several times): ``_live`` (an Event set while connected) and ``_session_id``
+    (2.9.0-2.11.0)."""
+    if client._live.is_set():
+        sid = client._session_id
+        return None if sid is None else int(sid)
+    return None
 
 
 def session_timeout(client: KazooClient) -> float:

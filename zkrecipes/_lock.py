@@ -95,7 +95,7 @@ class Lock(Participant):
         then would overtake it, and steady local reads would keep the node, starving it. One listing per
         hold; a writer seen is remembered in the gate, so later threads queue behind it without asking."""
         g = self._gate
-        with g.cond:
+        with g.mutex:
             hold = g.hold
             if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
                 return
@@ -111,7 +111,7 @@ class Lock(Participant):
             return
         behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
         if any(n.kind == naming.WRITE for n in behind):
-            with g.cond:
+            with g.mutex:
                 if g.hold is hold:
                     g.writer_behind = hold
 
@@ -192,7 +192,7 @@ class Lock(Participant):
 
     # -- state ---------------------------------------------------------------------------------------
     def _attach(self, hold: Hold) -> None:
-        with self._gate.cond:
+        with self._gate.mutex:
             if self in self._gate.objects:
                 return
             self._gate.objects.add(self)

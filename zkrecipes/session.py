@@ -21,6 +21,7 @@ A :class:`Hold` follows one acquired node through::
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -87,7 +88,7 @@ class SessionWatcher:
         """Call ``fn(event)`` for every later event, on the dispatcher thread, until unsubscribed."""
         with self._lock:
             self._subs.add(fn)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:  # cleared by the thread itself as it ends, and in a forked child
                 self._thread = threading.Thread(target=self._run, name="zkrecipes-session", daemon=True)
                 self._thread.start()
 
@@ -117,6 +118,14 @@ class SessionWatcher:
                 log.exception("session subscriber %r failed on %s", fn, event)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:  # however it ends: the next subscribe starts a new thread
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _loop(self) -> None:
         idle_since = time.monotonic()
         while True:
             wait = _TICK
@@ -171,6 +180,16 @@ class SessionWatcher:
                     self._emit(LOST)
                 self.last_session = sid
                 self._emit(CONNECTED)
+
+
+def _forget_threads() -> None:  # in a forked child no dispatcher thread runs
+    for w in list(SessionWatcher._registry.values()):
+        w._thread = None
+        w._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads)
 
 
 HELD = "held"
