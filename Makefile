@@ -35,6 +35,7 @@ bench: setup
 	@bash bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/per_key.py
+	$(PY) bench/cpu.py
 
 safety: setup
 	@bash scripts/safety-setup.sh

@@ -36,7 +36,7 @@ RAW = "raw kazoo create+delete"
 FAIR = "zkrecipes FairLock"
 KLOCK = "kazoo Lock"
 IMPLS = (RAW, FAIR, KLOCK)
-WAKE = "handoff wake"
+BASE = "zkrecipes FairLock, baseline checkout"
 TARGET = 1.3  # FairLock calling-thread CPU / raw create+delete, issue 11
 WAKE_TARGET_MS = 0.2
 
@@ -86,10 +86,12 @@ def _op(impl: str, client, path: str):
     return op
 
 
-def worker(impl: str, hosts: str, root: str) -> None:
+def worker(impl: str, hosts: str, root: str, baseline: str | None = None) -> None:
     """Serve blocks: read a count from stdin, run that many ops, print one JSON line."""
+    if baseline:  # another checkout's zkrecipes (before/after in one run)
+        sys.path.insert(0, baseline)
     client = _client(hosts)
-    op = _op(impl, client, f"{root}/{uuid.uuid4().hex[:8]}")
+    op = _op(FAIR if baseline else impl, client, f"{root}/{uuid.uuid4().hex[:8]}")
     for _ in range(20):  # warm-up: parents, code paths
         op()
     print("ready", flush=True)
@@ -153,28 +155,31 @@ def wake_worker(hosts: str, root: str, handoffs: int) -> None:
         c.close()
 
 
-def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print) -> dict:
+def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print, baseline: str | None = None) -> dict:
     root = f"/zkrecipes-bench-cpu/{uuid.uuid4().hex[:12]}"
     procs = {}
     me = os.path.abspath(__file__)
+    impls = IMPLS + ((BASE,) if baseline else ())
     try:
-        for impl in IMPLS:
+        for impl in impls:
+            extra = ["--baseline", baseline] if impl == BASE and baseline else []
             procs[impl] = subprocess.Popen(
-                [sys.executable, me, "--worker", impl, "--hosts", hosts, "--root", root],
+                [sys.executable, me, "--worker", impl, "--hosts", hosts, "--root", root, *extra],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             )
         for impl, p in procs.items():
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"{impl} worker did not start")
-        blocks: dict = {i: [] for i in IMPLS}
+        blocks: dict = {i: [] for i in impls}
+        n = len(impls)
         for r in range(rounds):
-            for impl in IMPLS[r % 3:] + IMPLS[: r % 3]:  # rotate the order: drift hits all alike
+            for impl in impls[r % n:] + impls[: r % n]:  # rotate the order: drift hits all alike
                 p = procs[impl]
                 p.stdin.write(f"{ops}\n")
                 p.stdin.flush()
                 blocks[impl].append(json.loads(p.stdout.readline()))
             log(f"[cpu] round {r + 1}/{rounds}: " + ", ".join(
-                f"{i} {blocks[i][-1]['thread_us']:.0f} us" for i in IMPLS))
+                f"{i} {blocks[i][-1]['thread_us']:.0f} us" for i in impls))
     finally:
         for p in procs.values():
             p.stdin.close()
@@ -186,7 +191,7 @@ def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print) -> dict
         raise RuntimeError(f"wake worker failed: {done.stderr[-2000:]}")
     wake = json.loads(done.stdout.strip().splitlines()[-1])["wake_ms"]
     rows = {}
-    for impl in IMPLS:
+    for impl in impls:
         bs = blocks[impl]
         rows[impl] = {k: _median([b[k] for b in bs]) for k in ("thread_us", "process_us", "wall_ms")}
         rows[impl]["thread_us_blocks"] = [b["thread_us"] for b in bs]
@@ -202,23 +207,32 @@ def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print) -> dict
     }
 
 
+def _describe(path: str) -> str:
+    try:
+        head = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        return f"{path} at {head.stdout.strip()}"
+    except OSError:
+        return path
+
+
 def markdown(result: dict) -> str:
     m, cfg, rows = result["meta"], result["config"], result["rows"]
     lines = [
-        f"Run {m['started']} · {m['ensemble']} · {cfg['rounds']} blocks of {cfg['ops']} ops per contender, "
-        "each in its own process, interleaved (medians over blocks)",
+        f"Run {m['started']} · {m.get('checkout', '')} · {m['ensemble']} · {cfg['rounds']} blocks of "
+        f"{cfg['ops']} ops per contender, each in its own process, interleaved (medians over blocks)",
         "",
         "| contender | calling-thread CPU (µs/op) | process CPU (µs/op) | wall (ms/op) | thread CPU / raw |",
         "|---|---|---|---|---|",
     ]
     raw = rows[RAW]["thread_us"]
-    for impl in IMPLS:
+    for impl in rows:
         r = rows[impl]
         lines.append(f"| {impl} | {r['thread_us']:.0f} | {r['process_us']:.0f} | {r['wall_ms']:.3f} | "
                      f"{r['thread_us'] / raw:.2f}x |")
     rb = result["ratio_thread_blocks"]
     lines += [
         "",
+        *([f"Baseline: {cfg['baseline']}.", ""] if cfg.get("baseline") else []),
         f"FairLock / raw: calling-thread CPU **{result['ratio_thread']:.2f}x** (target <= {TARGET}x; "
         f"per block {min(rb):.2f}-{max(rb):.2f}), process CPU {result['ratio_process']:.2f}x, "
         f"wall {result['ratio_wall']:.2f}x.",
@@ -240,9 +254,10 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--wake", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
+    ap.add_argument("--baseline", help="also run FairLock from this checkout (e.g. a git worktree of main)")
     args = ap.parse_args(argv)
     if args.worker:
-        worker(args.worker, args.hosts, args.root)
+        worker(args.worker, args.hosts, args.root, args.baseline)
         return 0
     if args.wake:
         wake_worker(args.hosts, args.root, args.handoffs)
@@ -263,12 +278,16 @@ def main(argv=None) -> int:
             ensemble = Ensemble(size=3, force_sync=False)
             ensemble.start()
             hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
-        result = measure(hosts, args.rounds, args.ops, args.handoffs, log)
+        baseline = os.path.abspath(args.baseline) if args.baseline else None
+        result = measure(hosts, args.rounds, args.ops, args.handoffs, log, baseline)
     finally:
         if ensemble is not None:
             ensemble.close()
+    if args.baseline:
+        cfg["baseline"] = _describe(args.baseline)
     result["config"] = cfg
     result["meta"] = {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0,
+                      "checkout": _describe(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
                       "loadavg_end": list(os.getloadavg())}
     result["targets"] = [
         {"target": "uncontended FairLock acquire+release calling-thread CPU / raw kazoo create+delete",

@@ -117,3 +117,16 @@ def test_per_key_bench_smoke(zk_ensemble, tmp_path):
     for r in rows.values():
         assert all(v > 0 for v in r["throughput"].values())
     assert "ratio to raw" in (out / "per_key.md").read_text()
+
+
+def test_cpu_bench_smoke(zk_ensemble, tmp_path):
+    """bench/cpu.py (issue 11): thread and process CPU per op for each contender, and the wake path."""
+    out = tmp_path / "results"
+    _smoke("cpu.py", zk_ensemble.hosts, out)
+    res = json.loads((out / "cpu.json").read_text())
+    assert set(res["rows"]) == {"raw kazoo create+delete", "zkrecipes FairLock", "kazoo Lock"}
+    for r in res["rows"].values():
+        assert r["thread_us"] > 0 and r["process_us"] >= r["thread_us"] * 0.99 and r["wall_ms"] > 0
+    assert res["ratio_thread"] > 0 and len(res["wake_ms"]) == res["config"]["handoffs"]
+    assert [t["measured"] is not None for t in res["targets"]] == [True, True]
+    assert "calling-thread CPU" in (out / "cpu.md").read_text()
