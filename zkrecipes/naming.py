@@ -176,22 +176,23 @@ def _static_data(identifier: Optional[str], host: str, pid: int, thread: str) ->
 
 def node_data(identifier: Optional[str], guid: str, host: str) -> bytes:
     """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid."""
-    static = _static_data(identifier, host, os.getpid(), threading.current_thread().name)
+    static = _static_data(identifier, host, _pid, threading.current_thread().name)
     ms = time.time_ns() // 1_000_000  # seconds to the millisecond, without float formatting (costly)
     return f'{static},"guid":"{guid}","time":{ms // 1000}.{ms % 1000:03d}}}'.encode()
 
 
+_pid = os.getpid()  # a system call: read once, and again in a forked child
 _guids = itertools.count()
 _guid_base = os.urandom(8).hex()
 
 
-def _new_guid_base() -> None:  # a forked child must not repeat its parent's guids
-    global _guids, _guid_base
-    _guids, _guid_base = itertools.count(), os.urandom(8).hex()
+def _after_fork() -> None:  # a forked child has its own pid and must not repeat its parent's guids
+    global _pid, _guids, _guid_base
+    _pid, _guids, _guid_base = os.getpid(), itertools.count(), os.urandom(8).hex()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_guid_base)
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def new_guid() -> str:
