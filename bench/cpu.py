@@ -1,6 +1,7 @@
 """Client CPU of the uncontended hot path (issue 11): calling-thread CPU per acquire+release.
 
     python bench/cpu.py                  # make bench: 3 local servers, forceSync=no, about a minute
+    python bench/cpu.py --baseline DIR   # also FairLock from another checkout (before/after), same run
     python bench/cpu.py --smoke --hosts H    # tiny sizes against a running ensemble (tests)
 
 Each contender runs in its own process with its own session: raw kazoo ``create(ephemeral,
@@ -208,11 +209,12 @@ def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print, baselin
 
 
 def _describe(path: str) -> str:
+    """``path``, with its git commit if it is a checkout."""
     try:
         head = subprocess.run(["git", "-C", path, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-        return f"{path} at {head.stdout.strip()}"
     except OSError:
         return path
+    return f"{path} at {head.stdout.strip()}" if head.returncode == 0 else path
 
 
 def markdown(result: dict) -> str:
@@ -248,7 +250,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--hosts")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--rounds", type=int, default=25)
     ap.add_argument("--ops", type=int, default=100)
     ap.add_argument("--handoffs", type=int, default=50)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
