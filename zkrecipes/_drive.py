@@ -112,6 +112,9 @@ class Driver:
                 if op is SESSION:  # the most frequent request, and it cannot fail
                     send = _kazoo.session_id(self.client)
                     continue
+                if op is STALE and self._session is None:  # a waiter that never slept is never stale
+                    send = False
+                    continue
                 try:
                     handler = ops.get(type(op))
                     send = handler(self, op) if handler is not None else self._plain(op)
@@ -145,8 +148,11 @@ class Driver:
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
             # ZooKeeper answers in order: once the listing is in, so is the create (one wake-up, not two)
-            self._wait_ready(create if listing is None else listing)
-            self._wait_ready(create)
+            last = create if listing is None else listing
+            if not last.ready():
+                self._wait_ready(last)
+            if not create.ready():
+                self._wait_ready(create)
         except BaseException:
             create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             raise

@@ -218,7 +218,7 @@ def delete_async(client: KazooClient, path: str) -> AsyncResult:
 def outcome(ar: AsyncResult) -> Any:
     """A ready result's value, or its exception as a value, read without taking its lock (IAsyncResult's
     public ``value`` and ``exception``, set before ``ready()`` turns true)."""
-    exc = ar.exception
+    exc = ar._exception if type(ar) is Result else ar.exception
     return ar.value if exc is None else exc
 
 

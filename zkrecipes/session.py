@@ -212,6 +212,7 @@ class Hold:
         session: int,
         verify: Callable[["Hold"], bool],
         cleanup: Callable[["Hold"], None],
+        watcher: Optional[SessionWatcher] = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -225,7 +226,7 @@ class Hold:
         self._cleanup = cleanup
         self._listeners: List[Callable[[str], None]] = []
         self._lock = threading.Lock()
-        self._watcher = SessionWatcher.of(client)
+        self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
         self._watcher.subscribe(self._on_event)
 
     def add_listener(self, fn: Callable[[str], None]) -> None:
