@@ -230,8 +230,8 @@ class Driver:
         """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel."""
         while not ar.ready():
             self.check()
-            rem = self.remaining()
-            ar.wait(0.2 if rem is None else max(0.0, min(0.2, rem)))
+            deadline = self.deadline
+            ar.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
 
     def wait_result(self, ar: _kazoo.AsyncResult) -> Any:
         """Wait for a kazoo async result (see :meth:`_wait_ready`); its value, or its error raised."""

@@ -71,7 +71,8 @@ class Lock(Participant):
         """
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        timeout = naming.validate_timeout(timeout)
+        if timeout is not None:
+            timeout = naming.validate_timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
         if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")

@@ -204,6 +204,11 @@ class Hold:
     that calls :meth:`mark_lost`).
     """
 
+    __slots__ = (
+        "client", "node", "token", "session", "state", "released", "pin", "verified_at", "_verify", "_cleanup",
+        "_listeners", "_lock", "_watcher", "__weakref__",
+    )  # one per acquire: no per-instance dict
+
     def __init__(
         self,
         client: KazooClient,
