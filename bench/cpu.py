@@ -2,6 +2,7 @@
 
     python bench/cpu.py                  # make bench: 3 local servers, forceSync=no, about a minute
     python bench/cpu.py --baseline DIR   # also FairLock from another checkout (before/after), same run
+    python bench/cpu.py --instructions 400   # also count calling-thread instructions (valgrind, minutes)
     python bench/cpu.py --smoke --hosts H    # tiny sizes against a running ensemble (tests)
 
 Each contender runs in its own process with its own session: raw kazoo ``create(ephemeral,
@@ -156,6 +157,52 @@ def wake_worker(hosts: str, root: str, handoffs: int) -> None:
         c.close()
 
 
+def count_ops(impl: str, hosts: str, root: str, ops: int, baseline: str | None = None) -> None:
+    """Run ``ops`` operations of ``impl`` after a warm-up and exit (``--instructions`` runs this under
+    callgrind)."""
+    if baseline:
+        sys.path.insert(0, baseline)
+    client = _client(hosts)
+    op = _op(FAIR if baseline else impl, client, f"{root}/{uuid.uuid4().hex[:8]}")
+    for _ in range(20 + ops):
+        op()
+    client.stop()
+    client.close()
+
+
+def _main_thread_ir(impl: str, hosts: str, root: str, ops: int, baseline: str | None) -> int:
+    """Instructions executed by the calling thread of a worker doing ``ops`` operations (callgrind)."""
+    import glob
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "cg.%p")
+        cmd = ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out}",
+               sys.executable, os.path.abspath(__file__), "--count-ops", str(ops), "--worker", impl,
+               "--hosts", hosts, "--root", root, *(["--baseline", baseline] if baseline else [])]
+        subprocess.run(cmd, capture_output=True, timeout=900, check=True)
+        (main,) = glob.glob(os.path.join(tmp, "cg.*-01"))  # thread 1: the calling thread
+        with open(main) as f:
+            for line in f:
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+    raise RuntimeError("no callgrind summary")
+
+
+def instructions(hosts: str, ops: int, baseline: str | None, log=print) -> dict:
+    """Calling-thread instructions per op, from two callgrind runs (20 and 20 + ``ops`` operations) per
+    contender: deterministic, unlike CPU time on a shared machine. Needs valgrind."""
+    root = f"/zkrecipes-bench-cpu/{uuid.uuid4().hex[:12]}"
+    rows = {}
+    for impl in (RAW, FAIR) + ((BASE,) if baseline else ()):
+        base = baseline if impl == BASE else None
+        low = _main_thread_ir(impl, hosts, root, 0, base)
+        high = _main_thread_ir(impl, hosts, root, ops, base)
+        rows[impl] = (high - low) / ops
+        log(f"[cpu] {impl}: {rows[impl] / 1000:.0f}k instructions per op on the calling thread")
+    return {"ops": ops, "per_op": rows, "ratio": rows[FAIR] / rows[RAW]}
+
+
 def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print, baseline: str | None = None) -> dict:
     root = f"/zkrecipes-bench-cpu/{uuid.uuid4().hex[:12]}"
     procs = {}
@@ -238,6 +285,12 @@ def markdown(result: dict) -> str:
         f"FairLock / raw: calling-thread CPU **{result['ratio_thread']:.2f}x** (target <= {TARGET}x; "
         f"per block {min(rb):.2f}-{max(rb):.2f}), process CPU {result['ratio_process']:.2f}x, "
         f"wall {result['ratio_wall']:.2f}x.",
+        *(
+            [f"Calling-thread instructions per op (callgrind, {result['instructions']['ops']} ops): "
+             + ", ".join(f"{k} {v / 1000:.0f}k" for k, v in result["instructions"]["per_op"].items())
+             + f"; FairLock / raw {result['instructions']['ratio']:.2f}x."]
+            if result.get("instructions") else []
+        ),
         f"Hand-off wake path (watch notification -> acquire returning): median "
         f"**{result['wake_ms_median']:.3f} ms** over {len(result['wake_ms'])} hand-offs "
         f"(target <= {WAKE_TARGET_MS} ms).",
@@ -257,7 +310,13 @@ def main(argv=None) -> int:
     ap.add_argument("--wake", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--baseline", help="also run FairLock from this checkout (e.g. a git worktree of main)")
+    ap.add_argument("--instructions", type=int, metavar="OPS",
+                    help="also count calling-thread instructions per op over OPS ops (valgrind; minutes)")
+    ap.add_argument("--count-ops", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker and args.count_ops is not None:
+        count_ops(args.worker, args.hosts, args.root, args.count_ops, args.baseline)
+        return 0
     if args.worker:
         worker(args.worker, args.hosts, args.root, args.baseline)
         return 0
@@ -282,6 +341,8 @@ def main(argv=None) -> int:
             hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
         baseline = os.path.abspath(args.baseline) if args.baseline else None
         result = measure(hosts, args.rounds, args.ops, args.handoffs, log, baseline)
+        if args.instructions:
+            result["instructions"] = instructions(hosts, args.instructions, baseline, log)
     finally:
         if ensemble is not None:
             ensemble.close()
