@@ -49,6 +49,7 @@ bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/per_key.py
 	$(PY) bench/aio.py
+	$(PY) bench/cpu.py
 
 safety: setup
 	@bash scripts/safety-setup.sh

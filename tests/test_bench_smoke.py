@@ -143,3 +143,16 @@ def test_aio_bench_smoke(zk_ensemble, tmp_path):
     assert res["pingpong"]["aio"]["n"] > 0 and res["pingpong"]["threaded"]["n"] > 0
     assert res["uncontended"]["wall_ratio"] > 0
     assert "tasks waiting on one lock" in (out / "aio.md").read_text()
+
+
+def test_cpu_bench_smoke(zk_ensemble, tmp_path):
+    """bench/cpu.py (issue 11): thread and process CPU per op for each contender, and the wake path."""
+    out = tmp_path / "results"
+    _smoke("cpu.py", zk_ensemble.hosts, out)
+    res = json.loads((out / "cpu.json").read_text())
+    assert set(res["rows"]) == {"raw kazoo create+delete", "zkrecipes FairLock", "kazoo Lock"}
+    for r in res["rows"].values():
+        assert r["thread_us"] > 0 and r["process_us"] >= r["thread_us"] * 0.99 and r["wall_ms"] > 0
+    assert res["ratio_thread"] > 0 and len(res["wake_ms"]) == res["config"]["handoffs"]
+    assert [t["measured"] is not None for t in res["targets"]] == [True, True]
+    assert "calling-thread CPU" in (out / "cpu.md").read_text()

@@ -53,7 +53,15 @@ _no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients wh
 
 
 class Driver:
-    """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries."""
+    """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries.
+
+    Built per acquire, so it is kept cheap: the wake-up Event and the session subscription are made
+    only when the acquire has to wait (an uncontended acquire never does)."""
+
+    __slots__ = (
+        "client", "nowait", "deadline", "cancel", "policy", "wake", "_deleted", "_deleted_at", "_since",
+        "_watched", "_session", "__weakref__",
+    )
 
     def __init__(
         self,
@@ -68,51 +76,65 @@ class Driver:
         self.deadline = deadline
         self.cancel = cancel
         self.policy = policy
-        self.wake = threading.Event()
+        self.wake: Optional[threading.Event] = None  # made before the first wait (see interrupt())
         self._deleted: Set[str] = set()
         self._deleted_at: Optional[float] = None
-        self._since = time.monotonic()
+        self._since = 0.0
         self._watched: Set[str] = set()  # paths our data watches are on
         self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
-        self._ops: Dict[type, Callable[[Any], Any]] = {
-            Send: self._send,
-            Read: self._read,
-            MakeParents: self._make_parents,
-            Watch: self._watch,
-            Delete: self._delete,
-        }
+
+    def interrupt(self) -> None:
+        """Wake a waiting acquire (call after setting its cancel; any thread). A driver that has no
+        Event yet has not started to wait: it sees the cancel before it does."""
+        wake = self.wake
+        if wake is not None:
+            wake.set()
+
+    def _wake(self) -> threading.Event:
+        """The wake-up Event, made on first need, always before the cancel is checked for a wait."""
+        wake = self.wake
+        if wake is None:
+            wake = self.wake = threading.Event()
+        return wake
 
     def run(self, proto: Proto[T]) -> T:
         """Drive ``proto`` to its end: its return value, or its exception (after its cleanup ran)."""
         send: Any = None
         error: Optional[BaseException] = None
+        ops = _OPS
         try:
             while True:
                 try:
                     op = proto.throw(error) if error is not None else proto.send(send)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
-                send, error = None, None
+                error = None
+                if op is SESSION:  # the most frequent request, and it cannot fail
+                    send = _kazoo.session_id(self.client)
+                    continue
+                if op is STALE and self._session is None:  # a waiter that never slept is never stale
+                    send = False
+                    continue
                 try:
-                    send = self._do(op)
+                    handler = ops.get(type(op))
+                    send = handler(self, op) if handler is not None else self._plain(op)
                 except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the protocol cleans up
-                    error = exc
+                    send, error = None, exc
         finally:
-            self.close()
+            if self._watched or self._session is not None:
+                self.close()
 
-    def _do(self, op: Any) -> Any:
-        handler = self._ops.get(type(op))
-        if handler is not None:
-            return handler(op)
+    def _plain(self, op: Any) -> Any:
         if op is SESSION:
             return _kazoo.session_id(self.client)
-        if op is SLEEP:
-            return self._sleep_for_deletion()
         if op is STALE:
             return self._stale()
+        if op is SLEEP:
+            return self._sleep_for_deletion()
         if op is PAUSE:
+            wake = self._wake()
             self.check()
-            self.wake.wait(0.05)
+            wake.wait(0.05)
             return None
         if op is UNWATCH:
             self.unwatch()
@@ -124,13 +146,16 @@ class Driver:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
-            self._wait_ready(create)
-            if listing is not None:
-                self._wait_ready(listing)
+            # ZooKeeper answers in order: once the listing is in, so is the create (one wake-up, not two)
+            last = create if listing is None else listing
+            if not last.ready():
+                self._wait_ready(last)
+            if not create.ready():
+                self._wait_ready(create)
         except BaseException:
             create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             raise
-        return _outcome(create), (None if listing is None else _outcome(listing))
+        return _kazoo.outcome(create), (None if listing is None else _kazoo.outcome(listing))
 
     def _read(self, op: Read) -> Any:
         c = self.client
@@ -148,9 +173,10 @@ class Driver:
     def _watch(self, op: Watch) -> Any:
         """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
         missing node it leaves no watch behind to remove."""
+        wake = self._wake()
         if not op.keep:
             self.unwatch()
-            self.wake.clear()  # (not with keep: a watch set just before may have fired already)
+            wake.clear()  # (not with keep: a watch set just before may have fired already)
         if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
@@ -168,13 +194,13 @@ class Driver:
 
     # -- waiting ------------------------------------------------------------------------------------
     def _on_session(self, event: str) -> None:
-        self.wake.set()
+        self.interrupt()
 
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only record and wake
         if event.type == EventType.DELETED:
             self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
             self._deleted_at = time.monotonic()
-        self.wake.set()
+        self.interrupt()
 
     def _stale(self) -> bool:
         """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
@@ -202,8 +228,8 @@ class Driver:
         """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel."""
         while not ar.ready():
             self.check()
-            rem = self.remaining()
-            ar.wait(0.2 if rem is None else max(0.0, min(0.2, rem)))
+            deadline = self.deadline
+            ar.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
 
     def wait_result(self, ar: _kazoo.AsyncResult) -> Any:
         """Wait for a kazoo async result (see :meth:`_wait_ready`); its value, or its error raised."""
@@ -222,7 +248,7 @@ class Driver:
         """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
         if self._watched & self._deleted:
             self.check()
-            self.wake.clear()  # told already: the wake-up it set is used up (a later one sets it again)
+            self._wake().clear()  # told already: the wake-up it set is used up (a later one sets it again)
         else:
             self._sleep()
         gone = frozenset(self._watched & self._deleted)
@@ -231,12 +257,13 @@ class Driver:
 
     def _sleep(self) -> None:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
+        wake = self._wake()
         self.check()
         if self.nowait:
             raise DeadlinePassed()
-        while not self.wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
+        while not wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
             self.check()
-        self.wake.clear()
+        wake.clear()
         self.check()
 
     def unwatch(self) -> None:
@@ -251,12 +278,13 @@ class Driver:
             self._session = None
 
 
-def _outcome(ar: _kazoo.AsyncResult) -> Any:
-    """A ready result's value, or its exception as a value."""
-    try:
-        return ar.get(block=False)
-    except Exception as exc:
-        return exc
+_OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
+    Send: Driver._send,
+    Read: Driver._read,
+    MakeParents: Driver._make_parents,
+    Watch: Driver._watch,
+    Delete: Driver._delete,
+}
 
 
 def _delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], None]:
@@ -365,13 +393,15 @@ def delete(
         sid = _kazoo.session_id(client)
         if session is not None and sid not in (None, session):
             raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
-        ar = client.delete_async(path)  # queued by kazoo until reconnected; dropped if the session ends
+        ar = _kazoo.delete_async(client, path)  # queued by kazoo until reconnected; dropped if the session ends
         while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
             if gone is not None and gone():
                 raise _SessionGone()
             if time.monotonic() >= deadline:
-                break
-        ar.get(timeout=0)  # its result, its error, or kazoo's timeout error
+                ar.get(timeout=0)  # kazoo's timeout error
+        exc = ar.exception
+        if exc is not None:
+            raise exc
 
     try:
         retry.call(attempt, deadline=deadline, policy=policy)

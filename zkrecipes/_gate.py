@@ -64,7 +64,8 @@ class Gate:
     """Local state of one (client, path, family): who holds what, and the shared hold."""
 
     path: str
-    cond: threading.Condition = field(default_factory=threading.Condition)
+    mutex: Any = field(default_factory=threading.RLock, repr=False)  # guards every field below
+    cond: threading.Condition = field(init=False, repr=False)  # over ``mutex``: owners wait in enter()
     hold: Any = None  # the session.Hold shared by the local holders
     mode: Optional[str] = None  # READ or WRITE while held
     busy: bool = False  # an owner is talking to ZooKeeper for this gate (acquire or final release)
@@ -76,7 +77,10 @@ class Gate:
     writer_behind: Any = None  # the hold behind whose node a writer was seen queued
     wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
 
-    # -- decisions (call with ``cond`` held) ---------------------------------------------------------
+    def __post_init__(self) -> None:
+        self.cond = threading.Condition(self.mutex)
+
+    # -- decisions (call with ``mutex`` held) --------------------------------------------------------
     def try_enter(self, me: Owner, kind: str, hold_is_good: Callable[[Any], bool]) -> Entered:
         """Decide for ``me`` asking for side ``kind``; records HAVE and QUEUE at once. ``hold_is_good(hold)``
         says whether a local reader may still join the current hold (it is held, not suspended)."""
@@ -106,7 +110,7 @@ class Gate:
 
     def granted(self, me: Owner, kind: str, hold: Any) -> None:
         """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold``, or None (miss, timeout, error)."""
-        with self.cond:
+        with self.mutex:
             self.busy = False
             if hold is not None:
                 self.hold, self.mode = hold, kind
@@ -118,7 +122,7 @@ class Gate:
     def leave(self, me: Owner, kind: str) -> Left:
         """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
         busy (``last``): the caller deletes the node, then calls :meth:`released`."""
-        with self.cond:
+        with self.mutex:
             c = self.counts.get(me)
             if c is None or not c.side(kind):
                 what = {WRITE: "a write lock", READ: "a read lock"}.get(kind, "a lease")
@@ -145,13 +149,13 @@ class Gate:
 
     def released(self) -> None:
         """The final release's ZooKeeper part is over."""
-        with self.cond:
+        with self.mutex:
             self.busy = False
             self.changed()
 
     def held_by(self, me: Owner, kind: str) -> Any:
         """The hold if ``me`` holds side ``kind``, else None."""
-        with self.cond:
+        with self.mutex:
             c = self.counts.get(me)
             return self.hold if c is not None and c.side(kind) else None
 
@@ -166,7 +170,7 @@ class Gate:
         hold_is_good: Callable[[Any], bool],
     ) -> Optional[Entered]:
         """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel."""
-        with self.cond:
+        with self.mutex:
             try:
                 while True:
                     got = self.try_enter(me, kind, hold_is_good)
@@ -192,11 +196,11 @@ class Gate:
                     self.changed()
 
     def wake_all(self) -> None:
-        with self.cond:
+        with self.mutex:
             self.changed()
 
     def changed(self) -> None:
-        """Tell every waiter to look again (call with ``cond`` held): threads and registered wakers."""
+        """Tell every waiter to look again (call with ``mutex`` held): threads and registered wakers."""
         self.cond.notify_all()
         for wake in list(self.wakers):
             wake()

@@ -72,14 +72,16 @@ class Lock(Participant):
         """
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        timeout = naming.validate_timeout(timeout)
+        if timeout is not None:
+            timeout = naming.validate_timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
         if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")
             blocking, timeout = False, None
         deadline = None if timeout is None else time.monotonic() + timeout
         me = threading.get_ident()
-        self._cancel.clear()
+        if self._cancel.is_set():  # Event.clear() takes a lock: only when there is something to clear
+            self._cancel.clear()
         if self._kind == naming.READ:
             self._look_for_writers(deadline)
         entered = self._gate.enter(me, self._kind, blocking, deadline, self._cancel.is_set, _joinable)
@@ -95,7 +97,7 @@ class Lock(Participant):
         then would overtake it, and steady local reads would keep the node, starving it. One listing per
         hold; a writer seen is remembered in the gate, so later threads queue behind it without asking."""
         g = self._gate
-        with g.cond:
+        with g.mutex:
             hold = g.hold
             if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
                 return
@@ -111,12 +113,13 @@ class Lock(Participant):
             return
         behind = (n for n in self._proto.sort(names) if naming.distance(n.sequence, mine.sequence) > 0)
         if any(n.kind != naming.READ for n in behind):
-            with g.cond:
+            with g.mutex:
                 if g.hold is hold:
                     g.writer_behind = hold
 
     def _acquire_zk(self, me: int, blocking: bool, deadline: Optional[float]) -> bool:
-        self.lost.clear()
+        if self.lost.is_set():
+            self.lost.clear()
         self._set_state(WAITING)
         ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
         driver = Driver(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking)
@@ -163,7 +166,7 @@ class Lock(Participant):
         :class:`LockCancelled`); their nodes are deleted. Safe to call from any thread."""
         self._cancel.set()
         for d in list(self._drivers):
-            d.wake.set()
+            d.interrupt()
         self._gate.wake_all()
 
     # -- context managers ----------------------------------------------------------------------------
@@ -191,7 +194,7 @@ class Lock(Participant):
 
     # -- state ---------------------------------------------------------------------------------------
     def _attach(self, hold: Hold) -> None:
-        with self._gate.cond:
+        with self._gate.mutex:
             if self in self._gate.objects:
                 return
             self._gate.objects.add(self)

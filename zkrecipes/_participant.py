@@ -16,7 +16,7 @@ from . import retry as _retry  # the keyword argument is called retry
 from ._protocol import Entry, owns
 from .errors import LockLost
 from .naming import Contender
-from .session import LOST, SUSPENDED, Hold
+from .session import LOST, SUSPENDED, Hold, SessionWatcher
 
 if TYPE_CHECKING:
     from .transaction import HeldTransaction
@@ -64,6 +64,7 @@ class Participant:
         self._state = "idle"
         self._state_lock = threading.Lock()
         self._listeners: List[Listener] = []
+        self._watcher: Optional[SessionWatcher] = None  # the client's, found on the first hold
         self._setup()
 
     def _setup(self) -> None:
@@ -76,6 +77,8 @@ class Participant:
             if self._state == state:
                 return
             self._state = state
+            if not self._listeners:
+                return
             listeners = list(self._listeners)
         for fn in listeners:
             try:
@@ -99,7 +102,10 @@ class Participant:
     # -- the hold lifecycle --------------------------------------------------------------------------
     def _make_hold(self, entry: Entry, pin: object = None) -> Hold:
         """Follow our granted node; ``pin`` lives as long as the hold (a lock's local gate)."""
-        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup)
+        watcher = self._watcher
+        if watcher is None:
+            watcher = self._watcher = SessionWatcher.of(self.client)
+        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher)
         hold.pin = pin
         hold.settle()  # the connection may have dropped, or the session ended, while we were granted
         return hold

@@ -291,16 +291,18 @@ def create(
     while True:
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
         created, listed = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
-        if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
-            yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
-            made_parent = True
-            continue
-        if isinstance(created, ConnectionClosedError):  # stopped or closed: no session will come
-            raise created
-        if isinstance(created, SessionExpiredError):  # kazoo is setting up a new session
-            yield PAUSE
-            continue
-        if isinstance(created, TRANSIENT):
+        if isinstance(created, BaseException):
+            if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
+                yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
+                made_parent = True
+                continue
+            if isinstance(created, ConnectionClosedError):  # stopped or closed: no session will come
+                raise created
+            if isinstance(created, SessionExpiredError):  # kazoo is setting up a new session
+                yield PAUSE
+                continue
+            if not isinstance(created, TRANSIENT):
+                raise created
             replies_lost = True
             entry = yield from find_own(parent, name, guid, sequence)
             if entry is None:
@@ -312,8 +314,6 @@ def create(
             except BaseException:
                 yield Delete(entry.path, entry.session)
                 raise
-        if isinstance(created, BaseException):
-            raise created
         made, stat = created
         sid = yield SESSION
         if sid is not None and sid != stat.ephemeralOwner:
@@ -331,7 +331,7 @@ def create(
             if listing:
                 if listed is None and entry.node.sequence == 0:
                     children = []  # the parent's first child ever (its counter was 0): nobody is ahead
-                elif listed is None or isinstance(listed, (NoNodeError, SessionExpiredError) + TRANSIENT):
+                elif listed is None or isinstance(listed, _RELIST):
                     children = yield Read("children", parent)
                 elif isinstance(listed, BaseException):
                     raise listed
@@ -345,6 +345,7 @@ def create(
         return entry, children
 
 
+_RELIST = (NoNodeError, SessionExpiredError) + TRANSIENT  # a pipelined listing that failed: list again
 _NO_NODE = QueueNode("", "", naming.WRITE, 0)  # a non-sequential node (ExclusiveLock's ``lock``)
 
 

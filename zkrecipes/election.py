@@ -125,7 +125,7 @@ class LeaderElection(Participant):
         self._cancel.set()
         driver = self._driver
         if driver is not None:
-            driver.wake.set()
+            driver.interrupt()
 
     def _drop_hold(self) -> Optional[Hold]:
         """Forget the current term, deleting its node; a session found gone meanwhile marks it lost

@@ -7,6 +7,7 @@ Every validator raises ``TypeError``/``ValueError`` naming the bad value, before
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import math
 import os
@@ -191,20 +192,35 @@ def sort_queue(children: Iterable[str]) -> List[QueueNode]:
 
 
 @functools.lru_cache(maxsize=256)
-def _static_data(identifier: Optional[str], host: str, pid: int) -> str:
-    return json.dumps({"host": host, "pid": pid, "id": identifier}, separators=(",", ":"))[:-1]
+def _static_data(identifier: Optional[str], host: str, pid: int, thread: str) -> str:
+    return json.dumps({"host": host, "pid": pid, "id": identifier, "thread": thread}, separators=(",", ":"))[:-1]
 
 
 def node_data(identifier: Optional[str], guid: str, host: str) -> bytes:
     """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid."""
-    static = _static_data(identifier, host, os.getpid())
-    thread = json.dumps(threading.current_thread().name)
-    return f'{static},"thread":{thread},"guid":"{guid}","time":{time.time()!r}}}'.encode()
+    static = _static_data(identifier, host, _pid, threading.current_thread().name)
+    ms = time.time_ns() // 1_000_000  # seconds to the millisecond, without float formatting (costly)
+    return f'{static},"guid":"{guid}","time":{ms // 1000}.{ms % 1000:03d}}}'.encode()
+
+
+_pid = os.getpid()  # a system call: read once, and again in a forked child
+_guids = itertools.count()
+_guid_base = os.urandom(8).hex()
+
+
+def _after_fork() -> None:  # a forked child has its own pid and must not repeat its parent's guids
+    global _pid, _guids, _guid_base
+    _pid, _guids, _guid_base = os.getpid(), itertools.count(), os.urandom(8).hex()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
 
 
 def new_guid() -> str:
-    """A random per-acquire id, used to find our node again after a lost create reply."""
-    return os.urandom(16).hex()
+    """A per-acquire id, unique in this process (random per process, then counted; 32 hex digits),
+    used to find our node again after a lost create reply."""
+    return f"{_guid_base}{next(_guids):016x}"
 
 
 def read_data(data: Optional[bytes]) -> Dict[str, Any]:

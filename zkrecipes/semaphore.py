@@ -99,7 +99,7 @@ class Semaphore(Lock):
         """Make pending acquires of this object (any thread) return False; their nodes are deleted."""
         self._cancel.set()
         for d in list(self._drivers):
-            d.wake.set()
+            d.interrupt()
 
     @property
     def state(self) -> LockState:

@@ -21,6 +21,7 @@ A :class:`Hold` follows one acquired node through::
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
@@ -54,6 +55,9 @@ class SessionWatcher:
     @classmethod
     def of(cls, client: KazooClient) -> "SessionWatcher":
         """The watcher of ``client`` (created on first use)."""
+        w = cls._registry.get(client)  # one per client for its lifetime: no lock needed to find it
+        if w is not None:
+            return w
         with cls._registry_lock:
             w = cls._registry.get(client)
             if w is None:
@@ -84,7 +88,7 @@ class SessionWatcher:
         """Call ``fn(event)`` for every later event, on the dispatcher thread, until unsubscribed."""
         with self._lock:
             self._subs.add(fn)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:  # cleared by the thread itself as it ends, and in a forked child
                 self._thread = threading.Thread(target=self._run, name="zkrecipes-session", daemon=True)
                 self._thread.start()
 
@@ -114,6 +118,14 @@ class SessionWatcher:
                 log.exception("session subscriber %r failed on %s", fn, event)
 
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:  # however it ends: the next subscribe starts a new thread
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _loop(self) -> None:
         idle_since = time.monotonic()
         while True:
             wait = _TICK
@@ -170,6 +182,16 @@ class SessionWatcher:
                 self._emit(CONNECTED)
 
 
+def _forget_threads() -> None:  # in a forked child no dispatcher thread runs
+    for w in list(SessionWatcher._registry.values()):
+        w._thread = None
+        w._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_threads)
+
+
 HELD = "held"
 
 
@@ -182,6 +204,11 @@ class Hold:
     that calls :meth:`mark_lost`).
     """
 
+    __slots__ = (
+        "client", "node", "token", "session", "state", "released", "pin", "verified_at", "_verify", "_cleanup",
+        "_listeners", "_lock", "_watcher", "__weakref__",
+    )  # one per acquire: no per-instance dict
+
     def __init__(
         self,
         client: KazooClient,
@@ -190,6 +217,7 @@ class Hold:
         session: int,
         verify: Callable[["Hold"], bool],
         cleanup: Callable[["Hold"], None],
+        watcher: Optional[SessionWatcher] = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -203,7 +231,7 @@ class Hold:
         self._cleanup = cleanup
         self._listeners: List[Callable[[str], None]] = []
         self._lock = threading.Lock()
-        self._watcher = SessionWatcher.of(client)
+        self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
         self._watcher.subscribe(self._on_event)
 
     def add_listener(self, fn: Callable[[str], None]) -> None:
