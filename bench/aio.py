@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 import uuid
+import weakref
 from typing import Any, Dict, List, Optional
 
 if __package__ in (None, ""):
@@ -64,6 +65,7 @@ def _summary(xs: List[float]) -> Dict[str, Any]:
 
 # -- wake-path instrumentation: stamp the notification where our code first sees it ---------------------
 _notified: Dict[Any, float] = {}
+_owner: "weakref.WeakKeyDictionary[Any, Any]" = weakref.WeakKeyDictionary()  # driver -> its task/thread
 
 
 def _instrument_aio() -> None:
@@ -73,11 +75,11 @@ def _instrument_aio() -> None:
 
     def __init__(self, *a, **kw):  # type: ignore[no-untyped-def]
         init(self, *a, **kw)
-        self._bench_owner = asyncio.current_task()
+        _owner[self] = asyncio.current_task()
 
     def _on_watch(self, event):  # type: ignore[no-untyped-def]
         if event.type == EventType.DELETED:
-            _notified[self._bench_owner] = time.perf_counter()
+            _notified[_owner[self]] = time.perf_counter()
         on_watch(self, event)
 
     AioDriver.__init__, AioDriver._on_watch = __init__, _on_watch
@@ -90,11 +92,11 @@ def _instrument_threaded() -> None:
 
     def __init__(self, *a, **kw):  # type: ignore[no-untyped-def]
         init(self, *a, **kw)
-        self._bench_owner = threading.get_ident()
+        _owner[self] = threading.get_ident()  # (the driver has __slots__: no attribute of our own)
 
     def _on_watch(self, event):  # type: ignore[no-untyped-def]
         if event.type == EventType.DELETED:
-            _notified[self._bench_owner] = time.perf_counter()
+            _notified[_owner[self]] = time.perf_counter()
         on_watch(self, event)
 
     Driver.__init__, Driver._on_watch = __init__, _on_watch

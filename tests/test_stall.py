@@ -24,7 +24,7 @@ from zkrecipes import FairLock, LeaderElection
 
 CHILD = textwrap.dedent(
     """
-    import json, sys
+    import json, sys, time
     from kazoo.client import KazooClient
     from zkrecipes import FairLock, LeaderElection, LockLost
 
@@ -57,6 +57,11 @@ CHILD = textwrap.dedent(
         checked = "LockLost: " + str(exc)
     print(json.dumps({"held": first_held, "check": checked}), flush=True)
     sys.stdin.readline()
+    # a stall the session thread notices only after check() confirmed is confirmed again in the
+    # background (one read): is_held comes back by itself
+    deadline = time.monotonic() + 10
+    while not held() and time.monotonic() < deadline:
+        time.sleep(0.01)
     print(json.dumps({"held": held()}), flush=True)
     """
 )
