@@ -313,6 +313,27 @@ def test_timeout_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, make_l
     lock.release()
 
 
+def test_cancel_with_the_watch_request_in_flight_leaves_no_watch(zk, zk_factory, zk_ensemble, monkeypatch):
+    holder = FairLock(zk, "/cancel-inflight")
+    assert holder.acquire()
+    client = zk_factory()
+    lock = FairLock(client, "/cancel-inflight")
+    get_async = client.get_async
+
+    def get_then_cancel(path, watch=None):  # the cancel lands while the watching read is on the wire
+        ar = get_async(path, watch=watch)
+        if watch is not None:
+            lock.cancel()
+        return ar
+
+    monkeypatch.setattr(client, "get_async", get_then_cancel)
+    assert lock.acquire(timeout=10) is False
+    assert children(zk, "/cancel-inflight") == [holder.node.rsplit("/", 1)[1]]
+    wait_until(lambda: not watching(client, "/cancel-inflight"), 10, "the late watch to be dropped")
+    assert_no_watch(client, "/cancel-inflight", zk_ensemble)
+    holder.release()
+
+
 def test_cancel_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, make_lock):
     make = make_lock
     holder = make(zk, "/cancel")

@@ -181,10 +181,20 @@ class Driver:
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
             self._since = time.monotonic()
+        sent: List[_kazoo.AsyncResult] = []
+
+        def start() -> _kazoo.AsyncResult:
+            sent.append(self.client.get_async(op.path, watch=self._on_watch))
+            return sent[-1]
+
         try:
-            _, stat = self.call(lambda: self.client.get_async(op.path, watch=self._on_watch))
+            _, stat = self.call(start)
         except NoNodeError:
             return None
+        except BaseException:  # deadline, cancel, Ctrl-C with the request in flight: its watch must go too
+            if sent:
+                sent[-1].rawlink(_forget_watch(self.client, op.path, self._on_watch))
+            raise
         self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
         self._watched.add(op.path)
         return stat
@@ -285,6 +295,22 @@ _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with argument
     Watch: Driver._watch,
     Delete: Driver._delete,
 }
+
+
+def _forget_watch(client: KazooClient, path: str, fn: Callable[..., Any]) -> Callable[[_kazoo.AsyncResult], None]:
+    """A callback for a watch request abandoned mid-flight: once it succeeded, drop the watch it set
+    (kazoo registers it just after completing the reply: look for it a moment)."""
+
+    def cb(ar: _kazoo.AsyncResult) -> None:
+        if isinstance(_kazoo.outcome(ar), BaseException):
+            return  # no node, no watch
+        for _ in range(100):
+            if fn in _kazoo.data_watchers(client, path):
+                _kazoo.remove_data_watch(client, path, fn)
+                return
+            time.sleep(0.001)
+
+    return cb
 
 
 def _delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], None]:
