@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo unit test lint docs bench safety clean
+.PHONY: setup demo unit test test-docker lint docs bench safety clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -26,6 +26,10 @@ test: setup
 	$(PY) -m pytest -p no:cacheprovider -q tests/unit
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
 	$(MAKE) --no-print-directory docs
+
+# the suite against docker/docker-compose.yml's 3 containers (installs Docker, starts and stops its own engine)
+test-docker: setup
+	@bash scripts/test-docker.sh
 
 docs: setup
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html

@@ -459,7 +459,7 @@ def test_read_locks_have_tokens_too(zk, zk_factory):
 
 # -- container parents and ACLs ---------------------------------------------------------------------
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_container_parent_is_reclaimed_and_recreated(zk, recipe):
+def test_container_parent_is_reclaimed_and_recreated(zk, recipe, zk_reaps_containers):
     lock = RECIPES[recipe](zk, "/reclaim/deep/lock")
     for _ in range(2):  # the second round needs the parents back: they were reclaimed in between
         with lock:
@@ -575,7 +575,7 @@ def test_fair_lock_contenders_in_queue_order(zk, zk_factory):
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, recipe):
+def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, recipe, zk_reaps_containers):
     lock = RECIPES[recipe](zk, "/never/used")
     assert lock.contenders() == []  # the parent was never created
     with lock:

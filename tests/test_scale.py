@@ -137,7 +137,7 @@ def test_missing_ancestors_are_made_deepest_first_climbing_only_as_needed(zk, mo
     assert zk.exists("/a/b/c/d") is not None
 
 
-def test_a_parent_reaped_between_acquires_is_made_again(zk):
+def test_a_parent_reaped_between_acquires_is_made_again(zk, zk_reaps_containers):
     lock = FairLock(zk, "/reaped/k")
     for _ in range(2):
         with lock:
