@@ -34,11 +34,11 @@ if [ ! -f "$ZOO_DATA_DIR/myid" ]; then
 fi
 
 if [ "$#" -eq 2 ] && [ "$1" = zkServer.sh ] && [ "$2" = start-foreground ]; then
-    # what the official image's command does, with Debian's jars and its console logging
+    # what the official image's command does, with Debian's jars; log4j logs to stdout (docker logs)
     # shellcheck disable=SC2086  # JVMFLAGS holds several flags
     exec java ${JVMFLAGS:-} ${SERVER_JVMFLAGS:-} \
         -Dzookeeper.log.dir="$ZOO_LOG_DIR" -Dzookeeper.root.logger=INFO,CONSOLE \
-        -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar" \
+        -cp "/etc/zookeeper/conf:/usr/share/java/zookeeper.jar:/usr/share/java/slf4j-log4j12.jar:/usr/share/java/log4j-1.2.jar" \
         org.apache.zookeeper.server.quorum.QuorumPeerMain "$CONFIG"
 fi
 exec "$@"

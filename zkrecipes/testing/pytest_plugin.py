@@ -27,7 +27,9 @@ from typing import Callable, Dict, Iterator, Optional, Union
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
+from kazoo.security import OPEN_ACL_UNSAFE
 
+from .._kazoo import create_container
 from .ensemble import Ensemble, ZooKeeperNotFound
 from .external import DockerEnsemble, ExternalEnsemble, ensemble_from_env
 
@@ -169,7 +171,7 @@ def _probe_container_reaping(hosts: str) -> Optional[float]:
     path = f"{NAMESPACE_ROOT}/container-probe-{uuid.uuid4().hex[:8]}"
     try:
         client.ensure_path(NAMESPACE_ROOT)
-        client.create(path, container=True)
+        create_container(client, path, OPEN_ACL_UNSAFE).get(timeout=30)
         client.create(path + "/child")  # the server reaps only containers that have had a child
         client.delete(path + "/child")
         t0 = time.monotonic()
