@@ -26,6 +26,7 @@ RUN_DIR="${ZK_DOCKERD_RUN:-/run/zkrecipes-docker}"          # private dockerd: s
 DATA_ROOT="${ZK_DOCKERD_DATA:-/var/lib/zkrecipes-docker}"   # its images stay here between runs
 ZK_HOSTS_DOCKER=127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183
 SERVICES=(zk1 zk2 zk3)                             # in the order of ZK_HOSTS_DOCKER
+SERVER_LOG="${TMPDIR:-/tmp}/zkrecipes-test-docker-servers.log"   # written when the run fails
 
 say() { echo "test-docker: $*" >&2; }
 die() { say "error: $*"; exit 1; }
@@ -106,6 +107,10 @@ cleanup() {
   local rc=$?
   trap - EXIT INT TERM
   if [ $brought_up = 1 ]; then
+    if [ $rc != 0 ]; then  # the servers' side of a failure, kept past down -v
+      compose logs --no-color --timestamps >"$SERVER_LOG" 2>&1 || true
+      say "server logs: $SERVER_LOG"
+    fi
     say "taking the ensemble down (down -v)"
     compose down -v --remove-orphans >/dev/null 2>&1 || compose down -v --remove-orphans || true
     if [ -n "$(project_left)" ]; then say "error: left behind by down -v: $(project_left | tr '\n' ' ')"; rc=1; fi
