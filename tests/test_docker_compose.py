@@ -125,6 +125,9 @@ def test_server_settings_the_suite_needs(compose):
         assert int(extra.get("maxSessionTimeout", 20 * int(env["ZOO_TICK_TIME"]))) >= 10000, name
         m = re.search(r"-Dznode\.container\.checkIntervalMs=(\d+)", env.get("JVMFLAGS", ""))
         assert m and int(m.group(1)) <= 1000, f"{name}: JVMFLAGS={env.get('JVMFLAGS')!r}"
+        # a killed container's address does not refuse connections: elections must not wait 5 s on it
+        m = re.search(r"-Dzookeeper\.cnxTimeout=(\d+)", env.get("JVMFLAGS", ""))
+        assert m and int(m.group(1)) <= 1000, f"{name}: JVMFLAGS={env.get('JVMFLAGS')!r}"
 
 
 # -- docker/Dockerfile and its entrypoint ----------------------------------------------------------------

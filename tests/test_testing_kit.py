@@ -129,6 +129,7 @@ def test_expire_session_loses_session_and_ephemerals(zk, zk_factory):
     states = StateLog(zk)
 
     zk.create("/eph", b"mine", ephemeral=True)
+    observer.sync("/")  # the observer may be on another server: catch up with zk's write first
     assert observer.exists("/eph") is not None
     old_session = session_id(zk)
 
@@ -139,9 +140,11 @@ def test_expire_session_loses_session_and_ephemerals(zk, zk_factory):
     assert zk.connected
     assert session_id(zk) != old_session
     # ZooKeeper deletes an expired session's ephemerals; another client must not see it.
+    observer.sync("/")
     assert observer.exists("/eph") is None
     # The client is usable again on its new session.
     zk.create("/eph", b"again", ephemeral=True)
+    observer.sync("/")
     assert observer.get("/eph")[0] == b"again"
 
 
