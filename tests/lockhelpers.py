@@ -17,8 +17,10 @@ FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0
 
 def children(zk, path: str) -> list:
     """Sorted children of ``path``, or [] when it does not exist. Lock parents are container nodes, which the
-    server may reap at any moment once empty, so "exists, then list" would race with the reaper."""
+    server may reap at any moment once empty, so "exists, then list" would race with the reaper. Synced
+    first: ``zk``'s server may not have applied what other clients' servers already acknowledged."""
     try:
+        zk.sync(path)
         return sorted(zk.get_children(path))
     except NoNodeError:
         return []
