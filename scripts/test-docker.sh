@@ -125,6 +125,11 @@ trap 'exit 143' TERM
 
 if docker info >/dev/null 2>&1; then
   say "using the Docker engine at ${DOCKER_HOST:-the default socket}"
+elif [ -S "$RUN_DIR/docker.sock" ] && kill -0 "$(cat "$RUN_DIR/dockerd.pid" 2>/dev/null || echo 0)" 2>/dev/null \
+     && DOCKER_HOST="unix://$RUN_DIR/docker.sock" docker info >/dev/null 2>&1; then
+  export DOCKER_HOST="unix://$RUN_DIR/docker.sock"   # ours, left by a run that was killed: reuse, then stop
+  dockerd_pid=$(cat "$RUN_DIR/dockerd.pid"); started_dockerd=1
+  say "reusing the private dockerd a killed run left (pid $dockerd_pid)"
 else
   is_root || die "no Docker engine answers, and starting one needs root"
   say "no Docker engine answers: starting a private dockerd on $RUN_DIR/docker.sock"
