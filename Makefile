@@ -18,12 +18,25 @@ unit: setup
 # the recipes and their engine (cli, demo and the testing kit are not yet strict-clean)
 TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecipes._gate zkrecipes._lock \
 	zkrecipes._participant zkrecipes.fair zkrecipes.exclusive zkrecipes.rwlock zkrecipes.election \
-	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors
+	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors zkrecipes._connect zkrecipes.protocols \
+	zkrecipes.semaphore zkrecipes.transaction zkrecipes.cli zkrecipes.demo \
+	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election \
+	zkrecipes.aio.semaphore zkrecipes.aio.transaction zkrecipes.testing.external
 
-test: setup
-	$(PY) -m ruff check zkrecipes tests bench
+# the kazoo seam is also tested on the oldest kazoo that setup.cfg allows
+KAZOO_OLDEST := 2.9.0
+OLDEST_KAZOO_DIR := .venv/kazoo-$(KAZOO_OLDEST)
+
+$(OLDEST_KAZOO_DIR):
+	rm -rf $@.tmp && $(PY) -m pip install -q --disable-pip-version-check --target $@.tmp kazoo==$(KAZOO_OLDEST) six
+	mv $@.tmp $@
+
+test: setup $(OLDEST_KAZOO_DIR)
+	$(PY) -m ruff check zkrecipes tests bench lab
 	$(PY) -m mypy --strict $(addprefix -m ,$(TYPED))
 	$(PY) -m pytest -p no:cacheprovider -q tests/unit
+	ZKRECIPES_EXPECT_KAZOO=$(KAZOO_OLDEST) PYTHONPATH=$(OLDEST_KAZOO_DIR) \
+		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
 	$(MAKE) --no-print-directory docs
 
@@ -39,10 +52,11 @@ bench: setup
 	@bash bench/setup.sh
 	$(PY) bench/run.py
 	$(PY) bench/per_key.py
+	$(PY) bench/aio.py
 
 safety: setup
 	@bash scripts/safety-setup.sh
-	$(PY) -m zkrecipes.testing.chaos --long --out docs/safety-results
+	$(PY) -m lab.run --long --out docs/safety-results
 
 clean:
 	rm -rf .venv docs/_build build *.egg-info

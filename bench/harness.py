@@ -11,13 +11,10 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import contextlib
-import ctypes
 import math
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import threading
 import time
@@ -25,7 +22,7 @@ from typing import Callable, Optional
 
 from kazoo.client import KazooClient
 
-from zkrecipes.testing.ensemble import four_letter, free_ports
+from zkrecipes.testing.ensemble import four_letter
 
 # -- counters -------------------------------------------------------------------------------------
 
@@ -270,67 +267,6 @@ def redis_absent_reason() -> Optional[str]:
     except ImportError:
         return "the Python client 'redis' is not installed (pip install -e '.[bench]')"
     return None
-
-
-def _die_with_parent() -> None:  # in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
-class RedisServer:
-    """A throw-away ``redis-server`` on a free loopback port; ``fsync_always`` appends and fsyncs each write."""
-
-    def __init__(self, fsync_always: bool = False) -> None:
-        self.fsync_always = fsync_always
-        self.port = free_ports(1)[0]
-        self.proc: Optional[subprocess.Popen] = None
-        self.dir = None
-
-    def __enter__(self) -> "RedisServer":
-        import tempfile
-
-        self.dir = tempfile.mkdtemp(prefix="zkrecipes-bench-redis-")
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", self.dir]
-        cmd += ["--appendonly", "yes", "--appendfsync", "always"] if self.fsync_always else ["--appendonly", "no"]
-        main = threading.current_thread() is threading.main_thread()
-        self.proc = subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent if main else None,
-        )
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.5) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return self
-            time.sleep(0.05)
-        self.close()
-        raise RuntimeError("redis-server did not answer within 15 s")
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        if self.dir:
-            shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def redis_version() -> Optional[str]:
-    try:
-        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    m = re.search(r"v=(\S+)", out)
-    return m.group(1) if m else out.strip() or None
 
 
 def machine() -> dict:

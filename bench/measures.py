@@ -25,7 +25,7 @@ from kazoo.recipe.lock import Lock as KazooLock
 from kazoo.recipe.lock import ReadLock as KazooReadLock
 from kazoo.recipe.lock import WriteLock as KazooWriteLock
 
-from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock
+from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock, Semaphore
 
 from .harness import Counters, Pool, delta, join_all, median, ratio, rotate, server_watches, summary
 
@@ -989,3 +989,164 @@ def cleanup(ctx: Ctx) -> None:
         client.delete(ctx.root, recursive=True)
     except NoNodeError:
         pass
+
+
+# -- 6. semaphore (issue 14) ----------------------------------------------------------------------
+SEM = "zkrecipes Semaphore"
+K_SEM = "kazoo Semaphore"
+
+
+def _kazoo_semaphore(client, path: str, n: int) -> Adapter:
+    from kazoo.recipe.lock import Semaphore as KazooSemaphore
+
+    return Adapter(KazooSemaphore(client, path, max_leases=n), True)
+
+
+SEMAPHORES: dict = {
+    SEM: lambda c, p, n: Adapter(Semaphore(c, p, n), False),
+    K_SEM: _kazoo_semaphore,
+}
+
+
+def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, warmup: int, pick: str) -> dict:
+    """``n`` holders and W = len(clients) - n waiters, each re-queueing after its release. Each cycle, at a
+    quiet point, one holder releases: the ``"oldest"`` (FIFO use) or the ``"newest"`` (the worst case for
+    zkrecipes: the most waiters watch it). The handoff is its release() call -> the next grant; the
+    requests and notifications counted until the next quiet point are one release + handoff + re-queue."""
+    w = len(clients) - n
+    path = ctx.path(f"sem-{name}-{n}-{w}-{pick}")
+    sems = [SEMAPHORES[name](c, path, n) for c in clients]
+    cond = threading.Condition()
+    st = SimpleNamespace(holders=collections.deque(), grants=[], stop=False, released_at=None, errors=0, peak=0)
+    go = [threading.Event() for _ in clients]
+
+    def worker(i: int) -> None:
+        while not st.stop:
+            ok = sems[i].acquire(timeout=300)
+            t = time.perf_counter()
+            with cond:
+                if not ok:
+                    st.errors += 0 if st.stop else 1
+                    return
+                st.holders.append(i)
+                st.peak = max(st.peak, len(st.holders))
+                st.grants.append(t)
+                cond.notify_all()
+            go[i].wait()
+            go[i].clear()
+            with cond:
+                st.holders.remove(i)
+                st.released_at = time.perf_counter()
+            sems[i].release()
+            if st.stop:
+                return
+
+    threads = []
+    for i in range(len(clients)):  # queue one by one: the steady state's order from the start
+        threads.append(threading.Thread(target=worker, args=(i,), daemon=True))
+        threads[-1].start()
+        ctx.pool.quiet(clients, settle=0.005, timeout=30)
+    latencies: list = []
+    cycles: list = []
+    t0 = time.monotonic()
+    for k in range(warmup + handoffs):
+        with cond:
+            if not cond.wait_for(lambda: len(st.holders) == n, timeout=120):
+                st.errors += 1
+                break
+            victim, seen = st.holders[0 if pick == "oldest" else -1], len(st.grants)
+        ctx.pool.quiet(clients, settle=0.03, timeout=120)
+        before = ctx.counters.snapshot()
+        go[victim].set()
+        with cond:
+            if not cond.wait_for(lambda seen=seen: len(st.grants) > seen, timeout=120):
+                st.errors += 1
+                break
+            handoff = st.grants[seen] - st.released_at
+        with cond:
+            cond.wait_for(lambda: len(st.holders) == n, timeout=120)
+        ctx.pool.quiet(clients, settle=0.03, timeout=120)
+        if k >= warmup:
+            latencies.append(handoff)
+            req, notes = delta(before, ctx.counters.snapshot())
+            cycles.append({"requests": req, "notifications": notes})
+    st.stop = True
+    deadline = time.monotonic() + 120
+    while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
+        for i, sem in enumerate(sems):  # holders release, waiters give up (again, for one that just queued)
+            go[i].set()
+            sem.cancel()
+        for t in threads:
+            t.join(0.05)
+    ok = not any(t.is_alive() for t in threads)
+    notes = [c["notifications"] for c in cycles]
+    req_tot: collections.Counter = collections.Counter()
+    for c in cycles:
+        req_tot.update(c["requests"])
+    nc = max(len(cycles), 1)
+    return {
+        "impl": name,
+        "max_leases": n,
+        "waiters": w,
+        "releaser": pick,
+        "handoff_s": latencies,
+        "cycles": len(cycles),
+        "notifications_per_release": sum(notes) / nc,
+        "notifications_min": min(notes) if notes else None,
+        "notifications_max": max(notes) if notes else None,
+        "requests_per_cycle": {k: v / nc for k, v in sorted(req_tot.items())},
+        "requests_total_per_cycle": sum(req_tot.values()) / nc,
+        "peak_holders": st.peak,
+        "errors": st.errors,
+        "clean_exit": ok,
+        "seconds": time.monotonic() - t0,
+    }
+
+
+def semaphore(ctx: Ctx, cases: list, handoffs: int, reps: int = 1) -> dict:
+    """Semaphore handoff and watch notifications per release, zkrecipes against kazoo's, alternating run by
+    run; ``cases`` are (N, W, releaser) with releaser ``"oldest"`` or ``"newest"``."""
+    clients = ctx.pool.grow(max(n + w for n, w, _ in cases))
+    runs = []
+    for rep in range(reps):
+        for j, (n, w, pick) in enumerate(cases):
+            for name in rotate([SEM, K_SEM], j + rep):
+                r = semaphore_run(ctx, name, n, clients[: n + w], handoffs, warmup=n + w, pick=pick)
+                r["latencies"] = r.pop("handoff_s")
+                runs.append(r)
+                ctx.log(
+                    f"semaphore N={n} W={w} {pick} releases, {name} (rep {rep}): "
+                    f"{r['notifications_per_release']:.1f} notifications/release, handoff median "
+                    f"{summary(r['latencies'])['median_ms'] or 0:.2f} ms, peak holders {r['peak_holders']}"
+                )
+    rows = []
+    for n, w, pick in cases:
+        base = None
+        for name in (K_SEM, SEM):
+            mine = [r for r in runs if (r["impl"], r["max_leases"], r["waiters"], r["releaser"]) == (name, n, w, pick)]
+            lat = summary([x for r in mine for x in r["latencies"]])
+            if name == K_SEM:
+                base = lat["median_ms"]
+            req: collections.Counter = collections.Counter()
+            for r in mine:
+                req.update({k: v / len(mine) for k, v in r["requests_per_cycle"].items()})
+            rows.append(
+                {
+                    "impl": name,
+                    "max_leases": n,
+                    "waiters": w,
+                    "releaser": pick,
+                    "handoff": lat,
+                    "ratio_to_kazoo": ratio(lat["median_ms"], base),
+                    "cycles": sum(r["cycles"] for r in mine),
+                    "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
+                    "notifications_min": min(r["notifications_min"] for r in mine),
+                    "notifications_max": max(r["notifications_max"] for r in mine),
+                    "requests_per_cycle": dict(sorted(req.items())),
+                    "requests_total_per_cycle": sum(req.values()),
+                    "peak_holders": max(r["peak_holders"] for r in mine),
+                    "errors": sum(r["errors"] for r in mine),
+                    "clean_exit": all(r["clean_exit"] for r in mine),
+                }
+            )
+    return {"mode": "threads in one process, one KazooClient session each", "reps": reps, "rows": rows}

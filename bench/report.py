@@ -235,6 +235,26 @@ def markdown(result: dict) -> str:
             f"{_req(r['requests_per_acquire'])} | {_f(r['notifications_per_release'])} "
             f"| {r['min_max_per_thread'][0]}–{r['min_max_per_thread'][1]} |"
         )
+    se = result.get("semaphore")
+    if se:
+        lines += [
+            "",
+            f"### 6. Semaphore ({se['mode']}; N holders, W waiters; at a quiet point the oldest or the newest "
+            "holder releases and re-queues; counted at the clients)",
+            "",
+            "| implementation | N | W | releaser | notifications per release (min–max) "
+            "| ZK requests per release+handoff+re-queue | handoff median ms | p99 ms | × kazoo | peak holders |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for r in se["rows"]:
+            lines.append(
+                f"| {r['impl']} | {r['max_leases']} | {r['waiters']} | {r['releaser']} "
+                f"| {_f(r['notifications_per_release'], 1)} "
+                f"({_f(r['notifications_min'])}–{_f(r['notifications_max'])}) "
+                f"| {_f(r['requests_total_per_cycle'], 1)}: {_req(r['requests_per_cycle'])} "
+                f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {_f(r['ratio_to_kazoo'])} "
+                f"| {r['peak_holders']} |"
+            )
     pr = result.get("profile")
     if pr:
         lines += [

@@ -24,6 +24,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness, measures, report  # noqa: E402
+from lab.redis_server import RedisServer, redis_version  # noqa: E402
 
 FULL = {
     "uncontended": {"ops": 80, "blocks": 5},
@@ -45,6 +46,11 @@ FULL = {
     },
     "one_client": {"threads": 64, "duration": 2.0, "reps": 3},
     "profile_ops": 300,
+    "semaphore": {
+        "cases": [[2, 10, "oldest"], [2, 100, "oldest"], [5, 100, "oldest"], [5, 100, "newest"]],
+        "handoffs": 15,
+        "reps": 2,
+    },
     "budget_s": 480,  # the herd runs share what is left of it, so that make bench ends within 10 minutes
 }
 
@@ -64,6 +70,7 @@ SMOKE = {
     },
     "one_client": {"threads": 4, "duration": 0.3, "reps": 1},
     "profile_ops": 10,
+    "semaphore": {"cases": [[2, 3, "oldest"], [2, 3, "newest"]], "handoffs": 3, "reps": 1},
     "budget_s": 120,
 }
 
@@ -93,6 +100,8 @@ def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: lis
         o = cfg["one_client"]
         result["one_client"] = measures.one_client(ctx, o["threads"], o["duration"], o["reps"])
         result["profile"] = measures.profile_fairlock(ctx, cfg["profile_ops"])
+        sm = cfg["semaphore"]
+        result["semaphore"] = measures.semaphore(ctx, [tuple(c) for c in sm["cases"]], sm["handoffs"], sm["reps"])
         h = cfg["herd"]
         log(f"herd: growing the pool to {max(h['sizes']) + 1} sessions")
         result["herd"] = measures.herd(ctx, h["sizes"], h["handoffs"], h["reps"])
@@ -138,12 +147,12 @@ def main(argv=None) -> int:
     try:
         if redis_reason is None:
             for fsync in (False, True):
-                s = harness.RedisServer(fsync_always=fsync)
+                s = RedisServer(fsync_always=fsync)
                 servers.append(s)
                 s.__enter__()
             redis_ports = [(measures.REDIS, servers[0].port), (measures.REDIS_FSYNC, servers[1].port)]
             redis_desc = (
-                f"redis-server {harness.redis_version()} on loopback, one unreplicated server; "
+                f"redis-server {redis_version()} on loopback, one unreplicated server; "
                 "plain (no persistence) and appendfsync always"
             )
         else:

@@ -50,3 +50,15 @@ MSG
     fi
   fi
 fi
+
+# 4. for the tests: a JDK and Apache Curator (tests/test_interop.py compiles a Curator worker with javac)
+if [[ ",$EXTRAS," == *",test,"* ]]; then
+  if [ ! -f /usr/share/java/curator-recipes.jar ] || ! command -v javac >/dev/null 2>&1; then
+    if have_root_apt; then
+      echo "installing Curator and a JDK for the interop tests (apt-get install libcurator-recipes-java default-jdk-headless) ..." >&2
+      apt_install libcurator-recipes-java default-jdk-headless
+    else
+      echo "note: no Curator jars or javac and no root apt-get: the Curator interop tests will be skipped" >&2
+    fi
+  fi
+fi

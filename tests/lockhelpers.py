@@ -9,7 +9,19 @@ from typing import Callable, Optional
 import pytest
 from kazoo.exceptions import NoNodeError
 
+from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock, Semaphore
 from zkrecipes.testing import four_letter
+
+# every lock recipe by name: make(client, path, **kwargs) -> lock
+RECIPES = {
+    "fair": FairLock,
+    "exclusive": ExclusiveLock,
+    "rw-write": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).write(),
+    "rw-read": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).read(),
+    "semaphore-1": lambda zk, path, **kw: Semaphore(zk, path, 1, **kw),  # one lease: a mutex
+}
+# the conftest fixture ``make_lock`` runs a test once per mutex (a one-lease semaphore is one too)
+MUTEXES = ("exclusive", "fair", "rw-write", "semaphore-1")
 
 # Reconnect quickly once a link comes back (kazoo's default backoff grows to a minute).
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.3}
@@ -18,9 +30,9 @@ FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0
 def children(zk, path: str) -> list:
     """Sorted children of ``path``, or [] when it does not exist. Lock parents are container nodes, which the
     server may reap at any moment once empty, so "exists, then list" would race with the reaper. Synced
-    first: ``zk``'s server may not have applied what other clients' servers already acknowledged."""
+    first: a write that another session's server acknowledged may not have reached ours yet."""
+    zk.sync(path)
     try:
-        zk.sync(path)
         return sorted(zk.get_children(path))
     except NoNodeError:
         return []

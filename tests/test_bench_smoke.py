@@ -93,8 +93,17 @@ def test_bench_smoke(zk_ensemble, tmp_path):
         assert r["acquisitions"] > 0 and r["errors"] == 0 and r["clean_exit"]
 
     assert res["profile"]["top"] and res["profile"]["thread_cpu_us_per_op"] > 0
+    se = res["semaphore"]["rows"]
+    for n, w, pick in cfg["semaphore"]["cases"]:
+        mine = [r for r in se if r["max_leases"] == n and r["waiters"] == w and r["releaser"] == pick]
+        for impl in ("zkrecipes Semaphore", "kazoo Semaphore"):
+            (row,) = [r for r in mine if r["impl"] == impl]
+            assert row["cycles"] == cfg["semaphore"]["handoffs"] and row["handoff"]["n"] == row["cycles"]
+            assert row["peak_holders"] == n and row["errors"] == 0 and row["clean_exit"]
+        (ours,) = [r for r in mine if r["impl"] == "zkrecipes Semaphore"]
+        assert 1 <= ours["notifications_min"] and ours["notifications_max"] <= n  # at most N woken per release
     assert len(res["targets"]) == 5 and all(t["measured"] is not None for t in res["targets"])
-    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5."):
+    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 6."):
         assert heading in md
     try:
         import matplotlib  # noqa: F401
@@ -117,3 +126,20 @@ def test_per_key_bench_smoke(zk_ensemble, tmp_path):
     for r in rows.values():
         assert all(v > 0 for v in r["throughput"].values())
     assert "ratio to raw" in (out / "per_key.md").read_text()
+
+
+def test_aio_bench_smoke(zk_ensemble, tmp_path):
+    """bench/aio.py (issue 12): tasks waiting add only per-client threads, one node and one watch per
+    waiting session, one holder at a time; every row present."""
+    out = tmp_path / "results"
+    _smoke("aio.py", zk_ensemble.hosts, out)
+    res = json.loads((out / "aio.json").read_text())
+    t = res["thousand"]
+    assert t["queue_nodes"] == t["clients"]  # one node per session, not per task
+    assert t["kazoo_data_watches_per_client"] == [1] * t["clients"]  # each watches its predecessor only
+    assert sum(t["server_sessions_watching_lock"].values()) == t["clients"]  # wchc agrees, server-side
+    assert 0 < t["threads_added_by_waiting"] <= t["clients"]  # the session thread of each client, at most
+    assert t["max_inside"] == 1 and t["wake"]["n"] > 0
+    assert res["pingpong"]["aio"]["n"] > 0 and res["pingpong"]["threaded"]["n"] > 0
+    assert res["uncontended"]["wall_ratio"] > 0
+    assert "tasks waiting on one lock" in (out / "aio.md").read_text()

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from zkrecipes.testing.chaos_check import check_trial
-from zkrecipes.testing.fenced import FencedRegister, StaleToken, read_log
+from lab.check import check_trial
+from lab.fenced import FencedRegister, StaleToken, read_log
 
 
 class History:

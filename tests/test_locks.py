@@ -17,16 +17,10 @@ from kazoo.exceptions import ConnectionLoss, NoAuthError, NoNodeError
 from kazoo.protocol.serialization import Create2
 from kazoo.protocol.states import EventType
 from kazoo.security import make_digest_acl
-from lockhelpers import Acquirer, assert_no_watch, children, full_path, server_watches, wait_until
+from lockhelpers import RECIPES, Acquirer, assert_no_watch, children, full_path, server_watches, wait_until
 
 from zkrecipes import ExclusiveLock, FairLock, LockCancelled, LockError, LockTimeout, ReadWriteLock, _kazoo
 from zkrecipes._drive import Driver
-
-RECIPES = {
-    "fair": FairLock,
-    "exclusive": ExclusiveLock,
-    "rw-write": lambda zk, path, **kw: ReadWriteLock(zk, path, **kw).write(),
-}
 
 
 def watching(client, path: str) -> bool:
@@ -231,9 +225,8 @@ def test_exclusive_lock_release_wakes_every_waiter_as_documented(zk, zk_factory,
 
 
 # -- reentrancy and ownership -----------------------------------------------------------------------
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_reentrant_per_thread_nth_release_frees(zk, zk_factory, recipe):
-    make = RECIPES[recipe]
+def test_reentrant_per_thread_nth_release_frees(zk, zk_factory, make_lock):
+    make = make_lock
     lock = make(zk, "/reentrant")
     rival = make(zk_factory(), "/reentrant")
     assert lock.acquire()
@@ -267,9 +260,8 @@ def test_lock_objects_of_one_client_share_the_local_gate(zk):
     assert children(zk, "/gate") == []
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_release_by_non_owner_raises_and_leaves_the_hold(zk, zk_factory, recipe):
-    make = RECIPES[recipe]
+def test_release_by_non_owner_raises_and_leaves_the_hold(zk, zk_factory, make_lock):
+    make = make_lock
     lock = make(zk, "/owner")
     with pytest.raises(LockError):
         lock.release()  # never acquired
@@ -288,9 +280,8 @@ def test_release_by_non_owner_raises_and_leaves_the_hold(zk, zk_factory, recipe)
 
 
 # -- cleanup on every exit path ---------------------------------------------------------------------
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_zero_timeout_tries_once_without_waiting(zk, zk_factory, recipe):
-    make = RECIPES[recipe]
+def test_zero_timeout_tries_once_without_waiting(zk, zk_factory, make_lock):
+    make = make_lock
     lock = make(zk, "/zero")
     assert lock.acquire(timeout=0) is True  # a free lock is taken, not given up before trying
     assert make(zk_factory(), "/zero").acquire(timeout=0) is False
@@ -300,9 +291,8 @@ def test_zero_timeout_tries_once_without_waiting(zk, zk_factory, recipe):
     assert children(zk, "/zero") == []
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_timeout_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, recipe):
-    make = RECIPES[recipe]
+def test_timeout_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, make_lock):
+    make = make_lock
     holder = make(zk, "/timeout")
     assert holder.acquire()
     client = zk_factory()
@@ -323,9 +313,8 @@ def test_timeout_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, recipe
     lock.release()
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_cancel_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, recipe):
-    make = RECIPES[recipe]
+def test_cancel_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, make_lock):
+    make = make_lock
     holder = make(zk, "/cancel")
     assert holder.acquire()
     client = zk_factory()
@@ -356,9 +345,8 @@ def test_cancel_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, recipe)
     lock.release()
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_interrupt_while_waiting_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, monkeypatch, recipe):
-    make = RECIPES[recipe]
+def test_interrupt_while_waiting_leaves_no_node_and_no_watch(zk, zk_factory, zk_ensemble, monkeypatch, make_lock):
+    make = make_lock
     holder = make(zk, "/interrupt")
     assert holder.acquire()
     client = zk_factory()
@@ -421,7 +409,7 @@ def record_requests(client, monkeypatch) -> list:
 @pytest.mark.parametrize("recipe", ["fair", "rw-write", "rw-read"])
 def test_uncontended_acquire_is_one_create_and_one_listing_release_one_delete(zk, monkeypatch, recipe):
     make = RECIPES[recipe] if recipe != "rw-read" else (lambda c, p: ReadWriteLock(c, p).read())
-    zk.create("/rt/keep", makepath=True)  # not a queue node; keeps the container parent from being reaped
+    zk.ensure_path("/rt")  # a persistent parent: not reaped (a non-queue child would be refused)
     with make(zk, "/rt"):
         pass  # the first acquire of this process also ensures the parent
     sent = record_requests(zk, monkeypatch)
@@ -458,9 +446,8 @@ def test_read_locks_have_tokens_too(zk, zk_factory):
 
 
 # -- container parents and ACLs ---------------------------------------------------------------------
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_container_parent_is_reclaimed_and_recreated(zk, recipe, zk_reaps_containers):
-    lock = RECIPES[recipe](zk, "/reclaim/deep/lock")
+def test_container_parent_is_reclaimed_and_recreated(zk, make_lock, zk_reaps_containers):
+    lock = make_lock(zk, "/reclaim/deep/lock")
     for _ in range(2):  # the second round needs the parents back: they were reclaimed in between
         with lock:
             assert zk.exists("/reclaim/deep/lock") is not None
@@ -509,9 +496,8 @@ def lose_next_create_reply(client, monkeypatch) -> list:
     return outcome
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_lost_create_reply_finds_our_node_again(zk, monkeypatch, recipe):
-    lock = RECIPES[recipe](zk, "/lostreply")
+def test_lost_create_reply_finds_our_node_again(zk, monkeypatch, make_lock):
+    lock = make_lock(zk, "/lostreply")
     created = lose_next_create_reply(zk, monkeypatch)
     assert lock.acquire(timeout=10)
     assert created and zk.unchroot(created[0]) == lock.node  # the reply we never saw named this node
@@ -520,9 +506,8 @@ def test_lost_create_reply_finds_our_node_again(zk, monkeypatch, recipe):
     assert children(zk, "/lostreply") == []
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_lost_create_reply_never_adopts_another_contenders_node(zk, zk_factory, monkeypatch, recipe):
-    make = RECIPES[recipe]
+def test_lost_create_reply_never_adopts_another_contenders_node(zk, zk_factory, monkeypatch, make_lock):
+    make = make_lock
     holder = make(zk_factory(), "/notmine", host="same-host")  # same host label as ours
     assert holder.acquire()
     lock = make(zk, "/notmine", host="same-host")
@@ -574,9 +559,8 @@ def test_fair_lock_contenders_in_queue_order(zk, zk_factory):
     assert children(zk, "/who") == []
 
 
-@pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, recipe, zk_reaps_containers):
-    lock = RECIPES[recipe](zk, "/never/used")
+def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, make_lock, zk_reaps_containers):
+    lock = make_lock(zk, "/never/used")
     assert lock.contenders() == []  # the parent was never created
     with lock:
         assert len(lock.contenders()) == 1

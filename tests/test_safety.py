@@ -1,6 +1,6 @@
 """The safety lab's short run (issue 6), as part of ``make test``.
 
-Runs ``python -m zkrecipes.testing.chaos --seed 1`` -- the zkrecipes trial (FairLock, ReadWriteLock and
+Runs ``python -m lab.run --seed 1`` -- the zkrecipes trial (FairLock, ReadWriteLock and
 LeaderElection, 8 worker processes) under each nemesis fault once -- in a subprocess with a deadline, and
 fails if the checker found an accepted overlap, a lost increment, an orphan node or a hung worker for any
 zkrecipes recipe, or if the run did not exercise what it claims (faults injected, holders hit, grants,
@@ -18,6 +18,8 @@ import sys
 import pytest
 
 from zkrecipes.testing import ZooKeeperNotFound, find_classpath
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lab/ is imported from here
 
 DEADLINE = 170.0  # seconds; the run takes about 40-60 s on two CPUs
 ZK_RECIPES = ("fair", "rw", "election")
@@ -42,8 +44,9 @@ def test_short_safety_run(tmp_path):
             pytest.skip(f"the safety lab starts and kills its own servers: {exc}")
         pytest.fail(str(exc), pytrace=False)
     out = tmp_path / "safety"
-    cmd = [sys.executable, "-m", "zkrecipes.testing.chaos", "--seed", "1", "--out", str(out), "--keep-history"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    cmd = [sys.executable, "-m", "lab.run", "--seed", "1", "--out", str(out), "--keep-history"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=ROOT)
     try:
         stdout, stderr = proc.communicate(timeout=DEADLINE)
     except subprocess.TimeoutExpired:

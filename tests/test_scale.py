@@ -11,17 +11,10 @@ import weakref
 import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError
-from lockhelpers import children, wait_until
+from lockhelpers import RECIPES, children, wait_until
 from test_locks import record_requests
 
-from zkrecipes import ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, _gate
-
-RECIPES = {
-    "fair": FairLock,
-    "exclusive": ExclusiveLock,
-    "rw-read": lambda zk, path: ReadWriteLock(zk, path).read(),
-    "rw-write": lambda zk, path: ReadWriteLock(zk, path).write(),
-}
+from zkrecipes import ExclusiveLock, FairLock, LeaderElection, _gate
 
 
 def zkrecipes_objects() -> int:
@@ -122,7 +115,7 @@ def test_a_new_key_for_an_exclusive_lock_costs_four_requests(zk, monkeypatch):
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
 def test_a_hot_key_costs_create_list_delete_and_no_ancestor_walk(zk, monkeypatch, recipe):
-    zk.create("/hot/deep/key/keep", makepath=True)  # keeps the container parent from being reaped
+    zk.ensure_path("/hot/deep/key")  # a persistent parent: not reaped (a non-queue child would be refused)
     cycle(zk, RECIPES[recipe], "/hot/deep/key")
     sent = record_requests(zk, monkeypatch)
     cycle(zk, RECIPES[recipe], "/hot/deep/key")  # a new object: nothing cached per path is needed

@@ -129,7 +129,7 @@ def test_expire_session_loses_session_and_ephemerals(zk, zk_factory):
     states = StateLog(zk)
 
     zk.create("/eph", b"mine", ephemeral=True)
-    observer.sync("/")  # the observer may be on another server: catch up with zk's write first
+    observer.sync("/")  # another session's server may lag behind the leader: catch up before reading
     assert observer.exists("/eph") is not None
     old_session = session_id(zk)
 

@@ -1,6 +1,6 @@
 """zkrecipes: ZooKeeper lock recipes that tell their holders when a hold is in doubt.
 
-Exclusive, fair and read/write locks and leader election on one queue engine, with session-loss
+Exclusive, fair and read/write locks, a semaphore and leader election on one queue engine, with session-loss
 notification and fencing tokens.
 """
 
@@ -10,6 +10,8 @@ from .exclusive import ExclusiveLock
 from .fair import FairLock
 from .naming import Contender
 from .rwlock import ReadLock, ReadWriteLock, WriteLock
+from .semaphore import Semaphore
+from .transaction import HeldTransaction
 
 __version__ = "0.1.0"
 
@@ -17,6 +19,7 @@ __all__ = [
     "Contender",
     "ExclusiveLock",
     "FairLock",
+    "HeldTransaction",
     "LeaderElection",
     "LeaderWatch",
     "LockCancelled",
@@ -25,6 +28,7 @@ __all__ = [
     "LockTimeout",
     "ReadLock",
     "ReadWriteLock",
+    "Semaphore",
     "WriteLock",
     "__version__",
 ]

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Generator, List, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -26,7 +26,7 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.security import ACL
 
-from . import _kazoo, naming, retry
+from . import _kazoo, protocols, retry
 from ._protocol import (
     PAUSE,
     SESSION,
@@ -72,7 +72,7 @@ class Driver:
         self._deleted: Set[str] = set()
         self._deleted_at: Optional[float] = None
         self._since = time.monotonic()
-        self._watched: Optional[str] = None
+        self._watched: Set[str] = set()  # paths our data watches are on
         self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
         self._ops: Dict[type, Callable[[Any], Any]] = {
             Send: self._send,
@@ -107,8 +107,7 @@ class Driver:
         if op is SESSION:
             return _kazoo.session_id(self.client)
         if op is SLEEP:
-            self._sleep()
-            return self._watched is not None and self._watched in self._deleted
+            return self._sleep_for_deletion()
         if op is STALE:
             return self._stale()
         if op is PAUSE:
@@ -144,13 +143,14 @@ class Driver:
         return self.call(start)
 
     def _make_parents(self, op: MakeParents) -> None:
-        make_parents(self.client, op.path, op.acl, self.call)
+        make_parents(self.client, op.path, op.acl, self.call, op.container)
 
     def _watch(self, op: Watch) -> Any:
-        """Set our (single) data watch; a ``get`` rather than ``exists``: on a missing node it leaves no
-        watch behind to remove."""
-        self.unwatch()
-        self.wake.clear()
+        """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
+        missing node it leaves no watch behind to remove."""
+        if not op.keep:
+            self.unwatch()
+            self.wake.clear()  # (not with keep: a watch set just before may have fired already)
         if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
@@ -159,7 +159,8 @@ class Driver:
             _, stat = self.call(lambda: self.client.get_async(op.path, watch=self._on_watch))
         except NoNodeError:
             return None
-        self._watched = op.path
+        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
+        self._watched.add(op.path)
         return stat
 
     def _delete(self, op: Delete) -> bool:
@@ -217,6 +218,17 @@ class Driver:
             self.check()
             raise
 
+    def _sleep_for_deletion(self) -> FrozenSet[str]:
+        """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
+        if self._watched & self._deleted:
+            self.check()
+            self.wake.clear()  # told already: the wake-up it set is used up (a later one sets it again)
+        else:
+            self._sleep()
+        gone = frozenset(self._watched & self._deleted)
+        self._watched -= gone  # a fired watch is gone from the server and from kazoo's registry
+        return gone
+
     def _sleep(self) -> None:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
         self.check()
@@ -228,9 +240,9 @@ class Driver:
         self.check()
 
     def unwatch(self) -> None:
-        if self._watched is not None:
-            _kazoo.remove_data_watch(self.client, self._watched, self._on_watch)
-            self._watched = None
+        for path in self._watched:
+            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+        self._watched.clear()
 
     def close(self) -> None:
         self.unwatch()
@@ -265,12 +277,15 @@ def _blocking(start: Callable[[], _kazoo.AsyncResult]) -> Any:
     return start().get()
 
 
-def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any]) -> None:
+Steps = Generator[Callable[[], _kazoo.AsyncResult], Any, None]  # yields operations to start, is sent their values
+
+
+def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> Steps:
     """Create ``path`` as a container node (a persistent one where the server has no containers);
     an existing node is fine. Raises NoNodeError if its own parent is missing."""
-    if client not in _no_containers:
+    if container and client not in _no_containers:
         try:
-            call(lambda: _kazoo.create_container(client, path, acl))
+            yield lambda: _kazoo.create_container(client, path, acl)
             return
         except NodeExistsError:
             return
@@ -280,25 +295,23 @@ def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], call: Cal
             log.info("server rejected a container node (%r); using persistent parents", exc)
             _no_containers.add(client)
     try:
-        call(lambda: client.create_async(path, b"", list(acl)))
+        yield lambda: client.create_async(path, b"", list(acl))
     except NodeExistsError:
         pass
 
 
-def make_parents(
-    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking
-) -> None:
-    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl``: deepest
+def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> Steps:
+    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl`` (persistent
+    ones if not ``container``: kazoo's recipes never make a reaped parent again): deepest
     first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).
 
-    ``call(start)`` runs one async operation and returns its value; the default blocks, a
-    :class:`Driver` bounds it by a deadline and retries. Raises LockError if the client's chroot does
-    not exist (nothing can be created under it).
-    """
+    Written as steps so that both drivers run it: it yields each async operation to start and is sent
+    its value (or has its error thrown in). Raises LockError if the client's chroot does not exist
+    (nothing can be created under it)."""
     missing = [path]
     for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
         try:
-            _create_parent(client, missing[-1], acl, call)
+            yield from _create_parent(client, missing[-1], acl, container)
         except NoNodeError:
             parent = missing[-1].rsplit("/", 1)[0]
             if not parent:
@@ -309,6 +322,25 @@ def make_parents(
         if not missing:
             return
     raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
+
+
+def make_parents(
+    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking, container: bool = True
+) -> None:
+    """Run :func:`parent_steps` on this thread. ``call(start)`` runs one async operation and returns its
+    value; the default blocks, a :class:`Driver` bounds it by a deadline and retries."""
+    steps = parent_steps(client, path, acl, container)
+    value: Any = None
+    error: Optional[BaseException] = None
+    while True:
+        try:
+            start = steps.throw(error) if error is not None else steps.send(value)
+        except StopIteration:
+            return
+        try:
+            value, error = call(start), None
+        except BaseException as exc:  # thrown into the steps: they decide (a NoNode climbs)
+            value, error = None, exc
 
 
 class _SessionGone(Exception):
@@ -353,18 +385,18 @@ def delete(
 
 
 def contenders(client: KazooClient, path: str) -> List[Contender]:
-    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined).
-    [] if the path does not exist; connection errors propagate."""
+    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
+    in any format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors propagate."""
     try:
-        nodes = naming.sort_queue(client.get_children(path))
+        nodes = protocols.sort_any(client.get_children(path))
     except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
         return []
-    pending = [client.get_async(f"{path}/{n.name}") for n in nodes]
+    pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]
     out = []
-    for n, ar in zip(nodes, pending):
+    for (found, n), ar in zip(nodes, pending):
         try:
             data, _ = ar.get()
         except NoNodeError:
             continue
-        out.append(naming.contender(n, data))
+        out.append(protocols.contender(found, n, data))
     return out

@@ -8,7 +8,8 @@ local readers from joining it, so steady local reads cannot starve that writer. 
 read side too (downgrade); a reader asking for the write side gets LockError (it would deadlock).
 
 The decisions (:meth:`Gate.try_enter`, :meth:`Gate.granted`, :meth:`Gate.leave`) need no ZooKeeper
-and no waiting; :meth:`Gate.enter` is the blocking (threads) form.
+and no waiting; :meth:`Gate.enter` is the blocking (threads) form, :mod:`zkrecipes.aio` has the asyncio
+form (it registers a waker).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Gate:
     line: Deque[Owner] = field(default_factory=collections.deque)  # owners waiting, in arrival order
     objects: Set[Any] = field(default_factory=set)  # lock objects attached to the current hold
     writer_behind: Any = None  # the hold behind whose node a writer was seen queued
+    wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
 
     # -- decisions (call with ``cond`` held) ---------------------------------------------------------
     def try_enter(self, me: Owner, kind: str, hold_is_good: Callable[[Any], bool]) -> Entered:
@@ -111,7 +113,7 @@ class Gate:
                 self.counts[me] = Counts(write=1) if kind == WRITE else Counts(read=1)
                 if kind == WRITE:
                     self.writer = me
-            self.cond.notify_all()
+            self.changed()
 
     def leave(self, me: Owner, kind: str) -> Left:
         """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
@@ -119,8 +121,8 @@ class Gate:
         with self.cond:
             c = self.counts.get(me)
             if c is None or not c.side(kind):
-                what = "write" if kind == WRITE else "read"
-                raise LockError(f"{self.path}: release of a {what} lock the caller does not hold")
+                what = {WRITE: "a write lock", READ: "a read lock"}.get(kind, "a lease")
+                raise LockError(f"{self.path}: release of {what} the caller does not hold")
             if kind == WRITE:
                 c.write -= 1
                 if not c.write:
@@ -135,7 +137,7 @@ class Gate:
                     self.mode = READ  # downgrade: our write node stays until the reads are released
                     downgraded = [o for o in self.objects if getattr(o, "_kind", None) == WRITE]
                     self.objects.difference_update(downgraded)
-                self.cond.notify_all()
+                self.changed()
                 return Left(False, self.hold, [], downgraded)
             hold, objects = self.hold, list(self.objects)
             self.hold, self.mode, self.objects, self.busy = None, None, set(), True
@@ -145,7 +147,7 @@ class Gate:
         """The final release's ZooKeeper part is over."""
         with self.cond:
             self.busy = False
-            self.cond.notify_all()
+            self.changed()
 
     def held_by(self, me: Owner, kind: str) -> Any:
         """The hold if ``me`` holds side ``kind``, else None."""
@@ -187,11 +189,17 @@ class Gate:
             finally:
                 if me in self.line:  # leave the line however we leave (granted, miss, error)
                     self.line.remove(me)
-                    self.cond.notify_all()
+                    self.changed()
 
     def wake_all(self) -> None:
         with self.cond:
-            self.cond.notify_all()
+            self.changed()
+
+    def changed(self) -> None:
+        """Tell every waiter to look again (call with ``cond`` held): threads and registered wakers."""
+        self.cond.notify_all()
+        for wake in list(self.wakers):
+            wake()
 
 
 # Gates live while a lock object refers to one or a hold pins it (Hold.pin): a service that locks a

@@ -1,7 +1,8 @@
 """The one seam to kazoo: every touch of its private state, and the wire requests it does not expose.
 
-Each function names the private state it relies on (read in kazoo 2.9.0-2.11.0); the whole suite runs
-them on the installed kazoo (2.11.0). A run on the oldest supported kazoo is still to be added.
+Each function names the private state it relies on (read in kazoo 2.9.0-2.11.0). tests/test_kazoo_seam.py
+checks each one against a real ensemble; ``make test`` runs it on the installed kazoo (2.11.0) and on the
+oldest that setup.cfg allows (2.9.0).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 import kazoo.exceptions
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError
-from kazoo.protocol.serialization import Create2, GetChildren, int_struct, write_string
+from kazoo.protocol.serialization import CheckVersion, Create2, GetChildren, Transaction, int_struct, write_string
 from kazoo.protocol.states import KeeperState
 from kazoo.security import ACL
 
@@ -143,3 +144,30 @@ def remove_data_watch(client: KazooClient, path: str, fn: Callable[..., Any]) ->
 def data_watchers(client: KazooClient, path: str) -> frozenset:  # type: ignore[type-arg]
     """The data watch functions kazoo keeps for ``path`` (``_data_watchers``; 2.9.0-2.11.0)."""
     return frozenset(client._data_watchers.get(client.chroot + path, ()))
+
+
+class _FencedMulti(Transaction):  # type: ignore[misc]  # kazoo's requests are untyped NamedTuples
+    """A multi whose first op checks our node, serialized only in our node's session: if kazoo's I/O
+    thread sends it in any other session (ours expired between our last look and the send), it becomes a
+    multi that cannot succeed, so nothing is applied. Relies on ``_session_id``, set by the connection
+    thread before it sends queued requests on a new session (2.9.0-2.11.0)."""
+
+    guard: Tuple[KazooClient, int, str]
+
+    def serialize(self) -> bytearray:
+        client, session, node = self.guard
+        if client._session_id != session:  # no node has version -2: the multi fails, nothing applied
+            return Transaction([CheckVersion(node, -2)]).serialize()  # type: ignore[no-any-return]
+        return super().serialize()  # type: ignore[no-any-return]
+
+
+def commit_fenced(client: KazooClient, operations: Sequence[Request], session: int, node: str) -> AsyncResult:
+    """Send ``operations`` (paths already chrooted) as one multi preceded by a check that ``node`` exists,
+    sent only in ``session`` (``_call``; 2.9.0-2.11.0). Its result: kazoo's list, fence first; a list of
+    one failure when the session was not ours."""
+    full = client.chroot + node
+    multi = _FencedMulti([CheckVersion(full, -1)] + list(operations))
+    multi.guard = (client, session, full)
+    ar = client.handler.async_result()
+    client._call(multi, ar)
+    return ar

@@ -51,14 +51,15 @@ class Lock(Participant):
         self._drivers: Set[Driver] = set()
 
     # -- what a recipe declares ----------------------------------------------------------------------
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> _protocol.Blockers:
         return predecessor(ahead, me)
 
     def _protocol(self) -> Proto[Entry]:
-        guid = naming.new_guid()
-        data = naming.node_data(self.identifier, guid, self.host)
-        prefix = naming.prefix(self.host, self._kind)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule)
+        proto = self._proto
+        guid = proto.new_guid()
+        data = proto.data(self.identifier, guid, self.host)
+        prefix = proto.prefix(self.host, self._kind, guid)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -98,7 +99,7 @@ class Lock(Participant):
             hold = g.hold
             if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
                 return
-        mine = naming.parse(hold.node.rsplit("/", 1)[1])
+        mine = self._proto.parse(hold.node.rsplit("/", 1)[1])
         limit = _kazoo.session_timeout(self.client)
         if deadline is not None:
             limit = max(0.0, min(limit, deadline - time.monotonic()))
@@ -108,8 +109,8 @@ class Lock(Participant):
             return  # not known: the hold's own state decides (a suspended hold is not joined)
         if mine is None:
             return
-        behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
-        if any(n.kind == naming.WRITE for n in behind):
+        behind = (n for n in self._proto.sort(names) if naming.distance(n.sequence, mine.sequence) > 0)
+        if any(n.kind != naming.READ for n in behind):
             with g.cond:
                 if g.hold is hold:
                     g.writer_behind = hold
@@ -245,6 +246,12 @@ class Lock(Participant):
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")
         self._check_hold(hold, "hold")
+
+    def _fence_hold(self) -> Hold:
+        hold = self._my_hold()
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling thread")
+        return hold
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"

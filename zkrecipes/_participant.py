@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
 
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _drive, _kazoo, naming
+from . import _drive, _kazoo, naming, protocols
 from . import retry as _retry  # the keyword argument is called retry
 from ._protocol import Entry, owns
 from .errors import LockLost
 from .naming import Contender
 from .session import LOST, SUSPENDED, Hold
+
+if TYPE_CHECKING:
+    from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -25,6 +28,8 @@ Listener = Callable[[Any, str], None]
 
 class Participant:
     """Validates the shared constructor arguments (before any ZooKeeper call) and follows its holds."""
+
+    _format = "lock"  # the recipe family of its node format (:mod:`zkrecipes.protocols`)
 
     def __init__(
         self,
@@ -36,6 +41,7 @@ class Participant:
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
     ) -> None:
         if not isinstance(client, KazooClient):
             raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
@@ -46,6 +52,8 @@ class Participant:
             raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
         if not isinstance(tolerate_suspended, bool):
             raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
+        self._proto = protocols.get(protocol, self._format)  # the node format: names, data, who we queue with
+        self.protocol = self._proto.name
         self.client = client
         self.acl: Optional[List[ACL]] = list(acl) if acl else None
         self._acl: List[ACL] = list(acl) if acl else list(OPEN_ACL_UNSAFE)  # applied to every node we make
@@ -130,6 +138,18 @@ class Participant:
                 hold.mark_lost()
         finally:
             hold.close()
+
+    def _fence_hold(self) -> Hold:
+        """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""
+        raise NotImplementedError
+
+    def transaction(self) -> "HeldTransaction":
+        """A kazoo transaction that commits only while this hold lives (ZooKeeper's ``IsOwner()``
+        compare): see :class:`~zkrecipes.transaction.HeldTransaction`. Raises as :meth:`check` does
+        when there is no hold to fence by."""
+        from .transaction import HeldTransaction
+
+        return HeldTransaction(self, self._fence_hold())
 
     def contenders(self) -> List[Contender]:
         """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples (``[]`` if the

@@ -11,22 +11,30 @@ The queue algorithm (etcd's ``concurrency/mutex.go`` shape): create our ephemera
 list the queue in one round trip; ask the recipe's *wait-rule* which node ahead blocks us; watch only
 that one; when it goes, ask again. A wait-rule is ``rule(ahead, me) -> blocker | None`` over the nodes
 ahead of ours in queue order; it must be monotone (removing nodes ahead never creates a blocker).
+
+A rule may also return a sequence of blockers (a semaphore's waiter: its ``max_leases`` nearest nodes
+ahead). The engine then watches them all and sleeps until any of them goes; a rule that returns several
+must stay correct when given a superset of the nodes ahead (nodes only join behind us, so the engine
+keeps the last listing minus the nodes it saw go, and never needs to list again).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Generator, List, NamedTuple, Optional, Sequence, Tuple, TypeVar
+from typing import Any, Callable, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
-from . import naming
+from . import naming, protocols
+from .errors import LockError
 from .naming import QueueNode
+from .protocols import Protocol
 from .retry import TRANSIENT
 
 T = TypeVar("T")
-Rule = Callable[[List[QueueNode], QueueNode], Optional[QueueNode]]
+Blockers = Union[None, QueueNode, Sequence[QueueNode]]
+Rule = Callable[[List[QueueNode], QueueNode], Blockers]
 
 
 class DeadlinePassed(Exception):
@@ -60,16 +68,22 @@ class Read(NamedTuple):
 
 
 class MakeParents(NamedTuple):
-    """Create ``path`` and its missing ancestors as container nodes, deepest first."""
+    """Create ``path`` and its missing ancestors as container nodes (persistent ones if not
+    ``container``), deepest first."""
 
     path: str
     acl: Sequence[ACL]
+    container: bool = True
 
 
 class Watch(NamedTuple):
-    """Set our single data watch on ``path``; answer its stat, or None if the node is gone (no watch)."""
+    """Set a data watch on ``path``; answer its stat, or None if the node is gone (no watch).
+
+    Without ``keep`` it is our only watch: the driver drops any other first. With ``keep`` it is added to
+    the watches set since the last Watch without ``keep`` (the driver keeps a set of watched paths)."""
 
     path: str
+    keep: bool = False
 
 
 class Delete(NamedTuple):
@@ -86,9 +100,12 @@ class _Plain(NamedTuple):
 
 SESSION = _Plain("session")  # answer: the client's session id now, or None between connections
 STALE = _Plain("stale")  # answer: True if a grant now would rest on old news (the process stood still)
-SLEEP = _Plain("sleep")  # wait for a wake-up; answer: True if the watched node was deleted
+# SLEEP: wait for a wake-up; answer: the set of watched paths deleted (a frozenset, empty if woken by
+# something else: a session event, a data change, a cancel). A driver may answer a bool instead (True: a
+# watched node was deleted, which one unknown): the protocol then lists the queue again.
+SLEEP = _Plain("sleep")
 PAUSE = _Plain("pause")  # wait a moment (a new session is being set up); wakes early on any event
-UNWATCH = _Plain("unwatch")  # drop our watch
+UNWATCH = _Plain("unwatch")  # drop our watches
 
 Op = Any  # one of the above
 Proto = Generator[Op, Any, T]
@@ -110,43 +127,49 @@ def owns(stat: Optional[ZnodeStat], session: Optional[int]) -> bool:
 
 # -- the queue ---------------------------------------------------------------------------------------
 def acquire(
-    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str, rule: Rule, confirm: bool = False
+    parent: str,
+    acl: Sequence[ACL],
+    prefix: str,
+    data: bytes,
+    guid: str,
+    rule: Rule,
+    confirm: bool = False,
+    protocol: Protocol = protocols.DEFAULT,
 ) -> Proto[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections) our node is read back before we return: it must still
     be ours (a node of a dying session is never taken for ours). A waiter that stood still meanwhile
-    (:data:`STALE`) reads it back too."""
+    (:data:`STALE`) reads it back too. ``protocol`` (the node format) reads every listing: a child it
+    cannot queue with raises LockError (our node deleted)."""
     entry: Optional[Entry] = None
     ahead: List[QueueNode] = []
+    watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
     try:
         while True:
             if entry is None:
-                entry, ahead = yield from enqueue(parent, acl, prefix, data, guid)
+                watched.clear()
+                entry, ahead = yield from enqueue(parent, acl, prefix, data, guid, protocol)
             current = yield SESSION
             if current is not None and current != entry.session:
                 entry = None  # our node went with the old session: queue again, at the back
                 continue
-            blocker = rule(ahead, entry.node)
-            if blocker is None:
+            found = rule(ahead, entry.node)
+            if found is None or (not isinstance(found, QueueNode) and not found):
                 if (confirm or (yield STALE)) and not (yield from _confirm(entry)):
                     entry = None
                     continue
                 return entry
-            path = f"{parent}/{blocker.name}"
             try:
-                if (yield Watch(path)) is not None:
-                    if not (yield SLEEP):
-                        continue  # woken by the session or a data change: look again
-                    if blocker is ahead[0]:
-                        # it was the head of our listing and nodes only join behind us: no read needed
-                        ahead.remove(blocker)
-                        continue
-                # gone, and nodes ahead of it may be gone too: list the queue once
-                listed = yield from _ahead(parent, entry)
-                if listed is None:
-                    entry = None  # our node is gone (deleted, or with an expired session)
+                if isinstance(found, QueueNode):
+                    relist = yield from _wait_one(parent, found, ahead)
                 else:
-                    ahead = listed
+                    relist = yield from _wait_any(parent, list(found), ahead, watched)
+                if relist:  # nodes ahead may be gone that we did not watch: list the queue once
+                    listed = yield from _ahead(parent, entry, protocol)
+                    if listed is None:
+                        entry = None  # our node is gone (deleted, or with an expired session)
+                    else:
+                        ahead = listed
             except SessionExpiredError:
                 entry = None
     except GeneratorExit:  # closed by its driver: it may not ask for anything more
@@ -157,33 +180,71 @@ def acquire(
         raise
 
 
-def enqueue(
-    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str
-) -> Proto[Tuple[Entry, List[QueueNode]]]:
-    """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``."""
-    entry, children = yield from create(parent, acl, prefix, data, guid, sequence=True, listing=True)
-    mine, distance, seq_of = entry.node.sequence, naming.distance, naming.sequence
-    ahead = []
-    for name in children or ():  # filter before parsing: in a long queue most are behind us
-        seq = seq_of(name)
-        if seq is not None and distance(seq, mine) < 0:
-            ahead.append(name)
-    return entry, naming.sort_queue(ahead)
+def _wait_one(parent: str, blocker: QueueNode, ahead: List[QueueNode]) -> Proto[bool]:
+    """Watch ``blocker`` and sleep until it goes; True if the queue must be listed again."""
+    path = f"{parent}/{blocker.name}"
+    if (yield Watch(path)) is None:
+        return True  # gone, and nodes ahead of it may be gone too
+    deleted = yield SLEEP
+    if not deleted:
+        return False  # woken by the session or a data change: look again
+    if deleted is not True and path not in deleted:
+        return False
+    if blocker is ahead[0]:
+        # it was the head of our listing and nodes only join behind us: no read needed
+        ahead.remove(blocker)
+        return False
+    return True
 
 
-def _ahead(parent: str, entry: Entry) -> Proto[Optional[List[QueueNode]]]:
-    """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-    mine, seen, ahead, distance = entry.node.sequence, False, [], naming.distance
-    for name in (yield Read("children", parent)):
-        seq = naming.sequence(name)
-        if seq is None:
+def _wait_any(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Proto[bool]:
+    """Watch every blocker (adding only those not watched yet; the others' watches stay) and sleep until
+    any goes; the nodes seen go are dropped from ``ahead``, a superset of the queue ahead of us. True if
+    the queue must be listed again: a blocker was already gone (our listing is old: walking it node by
+    node would cost a read per stale node), or after a deletion nodes ahead remain that no watch of ours
+    vouches for (they may have gone unseen). Otherwise -- every node ahead watched -- no read is needed."""
+    paths = {f"{parent}/{b.name}": b for b in blockers}
+    if not watched <= paths.keys():
+        watched.clear()  # the blockers changed other than by deletion: set every watch afresh
+    for path in paths:
+        if path in watched:
             continue
-        d = distance(seq, mine)
-        if d == 0:
-            seen = True
-        elif d < 0:
-            ahead.append(name)
-    return naming.sort_queue(ahead) if seen else None
+        if (yield Watch(path, keep=bool(watched))) is None:
+            return True
+        watched.add(path)
+    deleted = yield SLEEP
+    if deleted is True:
+        return True
+    if not deleted:
+        watched.clear()  # woken by the session or a data change: watch again
+        return False
+    for path in paths:
+        if path in deleted:
+            watched.discard(path)
+            ahead.remove(paths[path])
+    return any(f"{parent}/{n.name}" not in watched for n in ahead)
+
+
+def enqueue(
+    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str, protocol: Protocol = protocols.DEFAULT
+) -> Proto[Tuple[Entry, List[QueueNode]]]:
+    """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``. Every
+    child is checked by ``protocol`` (behind us too); a foreign one raises LockError, our node deleted."""
+    entry, children = yield from create(
+        parent, acl, prefix, data, guid, sequence=True, listing=True, containers=protocol.containers
+    )
+    try:
+        ahead, _ = protocol.ahead(parent, children or (), entry.node.sequence)
+    except LockError:
+        yield Delete(entry.path, entry.session)
+        raise
+    return entry, ahead
+
+
+def _ahead(parent: str, entry: Entry, protocol: Protocol) -> Proto[Optional[List[QueueNode]]]:
+    """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
+    ahead, seen = protocol.ahead(parent, (yield Read("children", parent)), entry.node.sequence)
+    return ahead if seen else None
 
 
 def _confirm(entry: Entry) -> Proto[bool]:
@@ -209,7 +270,14 @@ def in_session(op: Op) -> Proto[Tuple[Any, int]]:
 
 # -- creating our node -------------------------------------------------------------------------------
 def create(
-    parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, sequence: bool, listing: bool = False
+    parent: str,
+    acl: Sequence[ACL],
+    name: str,
+    data: bytes,
+    guid: str,
+    sequence: bool,
+    listing: bool = False,
+    containers: bool = True,
 ) -> Proto[Tuple[Entry, Optional[List[str]]]]:
     """Create our ephemeral node ``<parent>/<name>`` (plus a sequence suffix): ``(entry, children)``.
 
@@ -224,7 +292,7 @@ def create(
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
         created, listed = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
         if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
-            yield MakeParents(parent, acl)
+            yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
             made_parent = True
             continue
         if isinstance(created, ConnectionClosedError):  # stopped or closed: no session will come
@@ -294,7 +362,8 @@ def _own_nodes(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Lis
             data, stat = yield Read("get", f"{parent}/{name}")
         except NoNodeError:
             continue
-        if naming.read_data(data).get("guid") == guid and owns(stat, sid):
+        # our guid: in the name (kazoo's and Curator's formats), or in zkrecipes' JSON data
+        if (guid in name or naming.read_data(data).get("guid") == guid) and owns(stat, sid):
             found.append(Entry(f"{parent}/{name}", naming.parse(name) or _NO_NODE, stat.czxid, sid))
     return found
 

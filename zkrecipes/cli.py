@@ -8,6 +8,7 @@ of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
 usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
 out waiting, or the hold was lost while the command ran (it got SIGTERM, then SIGKILL after ``--grace``);
+77 authentication required or refused, or an ACL does not allow what was asked;
 126/127 command not executable / not found; 130 interrupted (SIGINT), 143 terminated (SIGTERM) while waiting.
 """
 
@@ -22,14 +23,21 @@ import subprocess
 import sys
 import threading
 import time
-import warnings
-from typing import Callable, Optional, Sequence
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from kazoo.client import KazooClient
+
+    from ._connect import Security
+    from ._lock import Lock
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 69
 EXIT_SOFTWARE = 70
 EXIT_TEMPFAIL = 75
+EXIT_NOPERM = 77
 EXIT_NOEXEC = 126
 EXIT_NOTFOUND = 127
 EXIT_INTERRUPTED = 130
@@ -43,6 +51,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
   {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
   {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership was lost while the command ran
+  {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
   {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
 
@@ -72,7 +81,7 @@ class Terminated(BaseException):
         self.signum = signum
 
 
-def _terminate(signum, frame) -> None:
+def _terminate(signum: int, frame: Optional[FrameType]) -> None:
     raise Terminated(signum)
 
 
@@ -81,44 +90,50 @@ _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 # -- connection --------------------------------------------------------------------------------------
-def connect(hosts: Optional[str], connect_timeout: float, session_timeout: float):
-    """A started KazooClient, or CliError naming the hosts and the time waited."""
-    from kazoo.client import KazooClient
-    from kazoo.handlers.threading import KazooTimeoutError
+def connect(
+    hosts: Optional[str], connect_timeout: float, session_timeout: float, security: "Optional[Security]" = None
+) -> KazooClient:
+    """A started KazooClient (with ``security``, a :class:`zkrecipes._connect.Security`), or CliError naming
+    the hosts and the time waited (69), or the authentication that failed (77)."""
+    from . import _connect
 
     source = "--hosts"
     if not hosts:
         hosts, source = os.environ.get("ZK_HOSTS"), "ZK_HOSTS"
     if not hosts:
         raise _fail("no ZooKeeper hosts: pass --hosts H or set ZK_HOSTS (e.g. 127.0.0.1:2181)", EXIT_USAGE)
+    security = security or _connect.Security()
     try:
-        client = KazooClient(hosts=hosts, timeout=session_timeout)
+        client = _connect.new_client(hosts, session_timeout, security)
     except (ValueError, TypeError) as exc:
         raise _fail(f"bad {source} {hosts!r}: {exc}", EXIT_USAGE) from None
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # kazoo's chroot warning: reported below as one line
-            client.start(timeout=connect_timeout)
-    except KazooTimeoutError:
+        root = _connect.start(client, hosts, connect_timeout, security)
+    except _connect.ConnectError as exc:
         _close(client)
-        raise _fail(f"cannot reach ZooKeeper at {hosts} within {connect_timeout:g} s", EXIT_UNAVAILABLE) from None
+        raise _fail(str(exc), exc.code) from None
     except BaseException:
         _close(client)
         raise
-    if client.chroot:
-        try:
-            missing = client.exists("/") is None
-        except BaseException:
-            _close(client)
-            raise
-        if missing:
-            _close(client)
-            raise _fail(f"chroot {client.chroot} does not exist on ZooKeeper at {hosts}: create it first, or leave "
-                        f"it out of {source}", EXIT_USAGE)
+    if client.chroot and root is None:
+        _close(client)
+        raise _fail(f"chroot {client.chroot} does not exist on ZooKeeper at {hosts}: create it first, or leave "
+                    f"it out of {source}", EXIT_USAGE)
     return client
 
 
-def _close(client) -> None:
+def _security(args: argparse.Namespace) -> "Security":
+    """The TLS/SASL/auth settings of ``args`` and the environment (kept on ``args`` for error messages)."""
+    from . import _connect
+
+    try:
+        security = args.security = _connect.from_args(args)
+    except _connect.ConnectError as exc:
+        raise _fail(str(exc), exc.code) from None
+    return security
+
+
+def _close(client: KazooClient) -> None:
     """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises."""
     try:
         client.stop()
@@ -140,7 +155,7 @@ class Outcome:
         self.signalled = signalled  # we forwarded SIGINT/SIGTERM/SIGHUP to it: the user wants to stop
 
 
-def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describe_loss: Callable[[], str],
+def run_held(cmd: Sequence[str], env_extra: Dict[str, str], lost: threading.Event, describe_loss: Callable[[], str],
              grace: float) -> Outcome:
     """Run ``cmd`` while ``lost`` is not set; on loss SIGTERM it (SIGKILL after ``grace``) and raise CliError 75.
 
@@ -157,7 +172,7 @@ def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describ
         raise _fail(f"cannot run {cmd[0]}: {exc.strerror or exc}", EXIT_NOEXEC) from None
     forwarded = []
 
-    def forward(signum, frame):
+    def forward(signum: int, frame: Optional[FrameType]) -> None:
         forwarded.append(signum)
         if proc.poll() is None:
             proc.send_signal(signum)
@@ -183,24 +198,26 @@ def run_held(cmd: Sequence[str], env_extra: dict, lost: threading.Event, describ
             signal.signal(s, h)
 
 
-def _loss_reason(client, what: str) -> str:
+def _loss_reason(client: KazooClient, what: str) -> str:
     """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
     if client.connected:
         return f"{what}: the ZooKeeper session expired"
+    if client.client_state in ("CLOSED", "AUTH_FAILED"):  # kazoo gave up: e.g. its login refused on reconnecting
+        return f"{what}: the ZooKeeper client gave up reconnecting (was its login refused?)"
     from ._kazoo import session_timeout
 
     timeout = session_timeout(client)
     return f"{what}: no connection to ZooKeeper for longer than the session timeout ({timeout:g} s)"
 
 
-def _token_env(token: Optional[int], node: Optional[str]) -> dict:
+def _token_env(token: Optional[int], node: Optional[str]) -> Dict[str, str]:
     return {"ZKRECIPES_TOKEN": "" if token is None else str(token), "ZKRECIPES_NODE": node or ""}
 
 
 class Progress:
     """Tracks how many are ahead of us while we wait; prints changes to stderr when asked to."""
 
-    def __init__(self, client, path: str, exclusive: bool, show: bool) -> None:
+    def __init__(self, client: KazooClient, path: str, exclusive: bool, show: bool) -> None:
         self.client, self.path, self.exclusive, self.show = client, path, exclusive, show
         self.ahead: Optional[int] = None
         self._stop = threading.Event()
@@ -212,7 +229,7 @@ class Progress:
         """Nodes ahead of ours (all nodes while ours is not there yet); the lock node for --exclusive."""
         from kazoo.exceptions import NoNodeError
 
-        from . import naming
+        from . import protocols
 
         if self.exclusive:
             return 1 if self.client.exists(self.path + "/lock", watch=lambda e: self._changed.set()) else 0
@@ -220,11 +237,11 @@ class Progress:
             children = self.client.get_children(self.path, watch=lambda e: self._changed.set())
         except NoNodeError:
             return 0
-        nodes = naming.sort_queue(children)
+        nodes = [n for _, n in protocols.sort_any(children)]
         mine = [i for i, n in enumerate(nodes) if self._ours(n)]
         return mine[0] if mine else len(nodes)
 
-    def _ours(self, node) -> bool:
+    def _ours(self, node: Any) -> bool:
         from . import naming
 
         if node.host != naming.default_host():
@@ -257,22 +274,35 @@ class Progress:
             sys.stderr.write("\n")
 
 
-def cmd_lock(args) -> int:
-    from . import ExclusiveLock, ReadWriteLock
+def cmd_lock(args: argparse.Namespace) -> int:
+    from . import ExclusiveLock, FairLock, LockError, ReadWriteLock, Semaphore
 
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "lock")
     identifier = _check_identifier(args.identifier)
-    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    if args.exclusive and args.protocol != "zkrecipes":
+        raise _fail(f"--exclusive has no --protocol {args.protocol} (that library has no such lock); use --write",
+                    EXIT_USAGE)
+    if args.leases and args.protocol != "zkrecipes":
+        raise _fail(f"-n has no --protocol {args.protocol} (zkrecipes' semaphore only)", EXIT_USAGE)
+    security = _security(args)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
+        lock: Lock
         if args.exclusive:
-            lock = ExclusiveLock(client, path, identifier)
+            lock = ExclusiveLock(client, path, identifier, acl=security.acl())
+        elif args.leases:
+            lock = Semaphore(client, path, args.leases, identifier, acl=security.acl())
+        elif args.protocol == "curator" and not (args.read or args.write):  # Curator's InterProcessMutex
+            lock = FairLock(client, path, identifier, protocol="curator", acl=security.acl())
         else:
-            rw = ReadWriteLock(client, path, identifier)
+            rw = ReadWriteLock(client, path, identifier, protocol=args.protocol, acl=security.acl())
             lock = rw.read() if args.read else rw.write()
         progress = Progress(client, path, args.exclusive, args.progress or sys.stderr.isatty())
         try:
             got = lock.acquire(timeout=args.timeout)
+        except LockError as exc:  # misuse found in ZooKeeper: another library's nodes, -n disagreeing
+            raise _fail(str(exc), EXIT_USAGE) from None
         except KeyboardInterrupt:
             raise _fail(f"interrupted while waiting for {path}", EXIT_INTERRUPTED) from None
         except Terminated as sig:
@@ -280,7 +310,7 @@ def cmd_lock(args) -> int:
         finally:
             progress.stop()
         if not got:
-            ahead = progress.ahead
+            ahead: object = progress.ahead
             if ahead is None:
                 try:
                     ahead = progress.count()
@@ -297,18 +327,21 @@ def cmd_lock(args) -> int:
         _close(client)
 
 
-def cmd_elect(args) -> int:
-    from . import LeaderElection
+def cmd_elect(args: argparse.Namespace) -> int:
+    from . import LeaderElection, LockError
 
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "elect")
     identifier = _check_identifier(args.identifier)
-    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
-    election = LeaderElection(client, path, identifier)
+    security = _security(args)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
+    election = LeaderElection(client, path, identifier, protocol=args.protocol, acl=security.acl())
     try:
         while True:
             try:
                 got = election.campaign(timeout=args.timeout)
+            except LockError as exc:  # the path holds another library's nodes: use its --protocol
+                raise _fail(str(exc), EXIT_USAGE) from None
             except KeyboardInterrupt:
                 raise _fail(f"interrupted while campaigning on {path}", EXIT_INTERRUPTED) from None
             except Terminated as sig:
@@ -334,41 +367,49 @@ def cmd_elect(args) -> int:
 
 
 # -- status --------------------------------------------------------------------------------------------
-def queue_status(client, path: str) -> list:
+def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
-    from . import naming
+    from . import naming, protocols
 
     try:
         children = client.get_children(path)
     except NoNodeError:
         return []
     now = time.time()
-    rows = []
+    rows: List[Dict[str, Any]] = []
     writer_ahead = False
-    for pos, node in enumerate(naming.sort_queue(children)):
+    for pos, (found, node) in enumerate(protocols.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
         try:
             data, stat = client.get(f"{path}/{node.name}")
         except NoNodeError:  # left between the listing and the read
             continue
         d = naming.read_data(data)
+        if found is not None and found.protocol != protocols.ZKRECIPES:  # kazoo/Curator: the id is the data
+            d = {"id": protocols.contender(found, node, data).identifier}
         if node.kind == naming.READ:
             holding = not writer_ahead
+        elif node.kind == naming.LEASE:  # a semaphore's lease: held while fewer than N are ahead
+            holding = pos < node.leases
         else:
             holding = pos == 0
             writer_ahead = True
         rows.append(_row(len(rows), node.name, node.kind, d, node.host, now, holding))
+        rows[-1]["protocol"] = protocols.label(found)
+        if node.kind == naming.LEASE:
+            rows[-1]["leases"] = node.leases
     if "lock" in children:
         try:
             data, stat = client.get(f"{path}/lock")
             rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now, True))
+            rows[0]["protocol"] = "zkrecipes"
         except NoNodeError:
             pass
     return rows
 
 
-def _row(pos: int, name: str, kind: str, d: dict, host: str, now: float, holding: bool) -> dict:
+def _row(pos: int, name: str, kind: str, d: Dict[str, Any], host: str, now: float, holding: bool) -> Dict[str, Any]:
     t = d.get("time")
     return {
         "position": pos,
@@ -382,22 +423,26 @@ def _row(pos: int, name: str, kind: str, d: dict, host: str, now: float, holding
     }
 
 
-def render_table(path: str, rows: list) -> str:
+def render_table(path: str, rows: List[Dict[str, Any]]) -> str:
     if not rows:
         return f"{path}: no holders or waiters"
     cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
-    cells = [[str(r[c]) if r[c] is not None else "-" for c in cols] for r in rows]
+    if any("leases" in r for r in rows):
+        cols.insert(3, "leases")
+    if any(r.get("protocol", "zkrecipes") != "zkrecipes" for r in rows):  # a path shared with kazoo/Curator
+        cols.append("protocol")
+    cells = [[str(r[c]) if r.get(c) is not None else "-" for c in cols] for r in rows]
     widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
     lines = ["  ".join(c.upper().ljust(w) for c, w in zip(cols, widths)).rstrip()]
     lines += ["  ".join(v.ljust(w) for v, w in zip(row, widths)).rstrip() for row in cells]
     return "\n".join(lines)
 
 
-def cmd_status(args) -> int:
+def cmd_status(args: argparse.Namespace) -> int:
     from kazoo.exceptions import NoNodeError
 
     path = _check_path(args.path)
-    client = connect(args.hosts, args.connect_timeout, args.session_timeout)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
     try:
         if not args.watch:
             rows = queue_status(client, path)
@@ -447,7 +492,7 @@ def _check_identifier(identifier: Optional[str]) -> Optional[str]:
         raise _fail(f"bad identifier: {exc}", EXIT_USAGE) from None
 
 
-def _check_cmd(cmd: Optional[list], command: str) -> list:
+def _check_cmd(cmd: Optional[List[str]], command: str) -> List[str]:
     if not cmd:
         raise _fail(f"missing command: usage: zkrecipes {command} PATH [options] -- CMD [ARGS...]", EXIT_USAGE)
     return cmd
@@ -463,6 +508,15 @@ def _nonneg(text: str) -> float:
     return value
 
 
+def _leases(text: str) -> int:
+    from . import naming
+
+    try:
+        return naming.validate_max_leases(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"-n wants a whole number of leases >= 1: {text!r} ({exc})") from None
+
+
 def _positive(text: str) -> float:
     value = _nonneg(text)
     if value == 0:
@@ -471,6 +525,8 @@ def _positive(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import _connect
+
     p = argparse.ArgumentParser(
         prog="zkrecipes",
         description="ZooKeeper locks and leader election from the shell.",
@@ -481,12 +537,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    def common(sp, session_default: float = 10.0) -> None:
+    def common(sp: argparse.ArgumentParser, session_default: float = 10.0) -> None:
         sp.add_argument("--hosts", help="ZooKeeper connect string (default: $ZK_HOSTS)")
         sp.add_argument("--connect-timeout", type=_positive, default=10.0, metavar="S",
                         help="give up reaching ZooKeeper after S seconds (default 10)")
         sp.add_argument("--session-timeout", type=_positive, default=session_default, metavar="S",
                         help="ZooKeeper session timeout; a hold suspended this long is lost (default 10)")
+        _connect.add_options(sp)
 
     fmt = argparse.RawDescriptionHelpFormatter
     lk = sub.add_parser("lock", help="run CMD while holding a lock", epilog=EXIT_CODES, formatter_class=fmt,
@@ -498,11 +555,16 @@ def build_parser() -> argparse.ArgumentParser:
     mode.add_argument("--read", action="store_true", help="shared read lock")
     mode.add_argument("--write", action="store_true", help="exclusive fair write lock (default)")
     mode.add_argument("--exclusive", action="store_true", help="simple exclusive lock (<PATH>/lock node)")
+    mode.add_argument("-n", "--leases", type=_leases, metavar="N",
+                      help="take one of N leases: at most N commands run at once (a semaphore)")
     lk.add_argument("--timeout", type=_nonneg, metavar="S", help="give up waiting after S seconds (exit 75)")
     lk.add_argument("--identifier", metavar="ID", help="shown to others in status")
     lk.add_argument("--grace", type=_nonneg, default=10.0, metavar="S",
                     help="after a lost hold, SIGKILL CMD S seconds after SIGTERM (default 10)")
     lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
+    lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
+                    help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
+                         "curator: InterProcessMutex, or with --read/--write InterProcessReadWriteLock")
     common(lk)
     lk.set_defaults(func=cmd_lock, parser=lk)
 
@@ -514,6 +576,8 @@ def build_parser() -> argparse.ArgumentParser:
     el.add_argument("--timeout", type=_nonneg, metavar="S", help="give up campaigning after S seconds (exit 75)")
     el.add_argument("--requeue", action="store_true", help="campaign again each time CMD ends")
     el.add_argument("--grace", type=_nonneg, default=10.0, metavar="S")
+    el.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
+                    help="node format, to share PATH with kazoo's Election or Curator's LeaderLatch")
     common(el)
     el.set_defaults(func=cmd_elect, parser=el)
 
@@ -529,11 +593,12 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--hosts", help="use this ensemble instead of starting one")
     dm.add_argument("--workers", type=int, default=3, metavar="N", help="worker processes per recipe (default 3)")
     dm.add_argument("--seconds", type=_positive, default=20.0, metavar="S", help="length of the run (default 20)")
+    _connect.add_options(dm)
     dm.set_defaults(func=cmd_demo, parser=dm)
     return p
 
 
-def cmd_demo(args) -> int:
+def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import MAX_WORKERS, MIN_SECONDS, run_demo
 
     if not 2 <= args.workers <= MAX_WORKERS:
@@ -541,8 +606,16 @@ def cmd_demo(args) -> int:
     if args.seconds < MIN_SECONDS:
         raise _fail(f"--seconds must be at least {MIN_SECONDS:g} (a failover takes a session timeout), "
                     f"got {args.seconds:g}", EXIT_USAGE)
+    from .testing import ZooKeeperNotFound
+
+    def demo_connect(hosts: str, security: "Optional[Security]") -> KazooClient:
+        return connect(hosts, 10.0, 10.0, security)
+
     try:
-        return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout)
+        return run_demo(hosts=args.hosts, workers=args.workers, seconds=args.seconds, out=sys.stdout,
+                        connect=demo_connect, security=_security(args))
+    except ZooKeeperNotFound as exc:
+        raise _fail(f"cannot start the embedded demo ensemble: {exc}", EXIT_UNAVAILABLE) from None
     except Terminated:
         raise _fail("demo terminated", EXIT_TERMINATED) from None
 
@@ -567,7 +640,12 @@ def _setup_logging() -> None:
     logging.basicConfig(level=level.upper(), format=fmt)
 
 
-def _split_command(argv: list) -> tuple:
+def _thread_error(hook_args: Any) -> None:
+    log.debug("thread %s died", getattr(hook_args.thread, "name", "?"),
+              exc_info=(hook_args.exc_type, hook_args.exc_value, hook_args.exc_traceback))
+
+
+def _split_command(argv: List[str]) -> Tuple[List[str], Optional[List[str]]]:
     """(options, command): the command is everything after the first ``--``, None without one."""
     if "--" in argv:
         i = argv.index("--")
@@ -575,7 +653,7 @@ def _split_command(argv: list) -> tuple:
     return argv, None
 
 
-def _parse(argv: list):
+def _parse(argv: List[str]) -> argparse.Namespace:
     head, cmd = _split_command(argv)
     args, extras = build_parser().parse_known_args(head)
     takes_cmd = args.command in ("lock", "elect")
@@ -594,9 +672,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the ``zkrecipes`` console script; returns the exit status."""
     _setup_logging()
     args = _parse(list(sys.argv[1:] if argv is None else argv))
+    threading.excepthook = _thread_error  # kazoo's I/O thread dies on some SASL refusals: no traceback
     old = {s: signal.signal(s, _terminate) for s in _STOP_SIGNALS}
     try:
-        return args.func(args)
+        status: int = args.func(args)
+        return status
     except CliError as exc:
         print(f"zkrecipes: {exc}", file=sys.stderr)
         return exc.code
@@ -609,6 +689,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as exc:
         from kazoo.exceptions import ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError
 
+        from . import _connect
+
+        denied = _connect.failure(exc, getattr(args, "security", None) or _connect.Security(),
+                                  getattr(args, "path", None) or "ZooKeeper")
+        if denied is not None:
+            print(f"zkrecipes: {denied[0]}", file=sys.stderr)
+            return denied[1]
         if isinstance(exc, (ConnectionClosedError, ConnectionLoss, OperationTimeoutError, SessionExpiredError)):
             print(f"zkrecipes: lost the connection to ZooKeeper ({type(exc).__name__})", file=sys.stderr)
             return EXIT_UNAVAILABLE

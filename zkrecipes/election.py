@@ -40,13 +40,16 @@ class LeaderElection(Participant):
     """Leader election among the candidates of ``path``; at most one leader at a time.
 
     ``LeaderElection(zk, "/election/reports", identifier="worker-7")`` -- also ``host=``, ``acl=``,
-    ``retry=`` and ``tolerate_suspended=`` as for :class:`~zkrecipes.FairLock`.
+    ``retry=``, ``tolerate_suspended=`` and ``protocol=`` as for :class:`~zkrecipes.FairLock`
+    (``"kazoo"``: kazoo's ``Election``; ``"curator"``: Curator's ``LeaderLatch``).
 
     States (told to listeners as ``fn(election, state)``, never on kazoo's threads): ``"idle"``,
     ``"candidate"``, ``"leader"``, ``"suspended"`` (connection dropped; leadership uncertain),
     ``"lost"`` (session expired or suspended past the session timeout: another candidate may lead now).
     Unlike a lock, :meth:`resign` and :meth:`cancel` may be called from any thread.
     """
+
+    _format = "election"
 
     def _setup(self) -> None:
         self._lock = threading.Lock()
@@ -81,11 +84,14 @@ class LeaderElection(Participant):
             driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry)
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
-        guid = naming.new_guid()
-        data = naming.node_data(self.identifier, guid, self.host)
-        prefix = naming.prefix(self.host, naming.WRITE)
+        proto = self._proto
+        guid = proto.new_guid()
+        data = proto.data(self.identifier, guid, self.host)
+        prefix = proto.prefix(self.host, naming.WRITE, guid)
         try:
-            entry = driver.run(_protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True))
+            entry = driver.run(
+                _protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True, protocol=proto)
+            )
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -213,6 +219,12 @@ class LeaderElection(Participant):
         if hold is None:
             raise LockLost(f"{self.path}: not the leader")
         self._check_hold(hold, "leadership")
+
+    def _fence_hold(self) -> Hold:
+        hold = self._hold
+        if hold is None:
+            raise LockLost(f"{self.path}: not the leader")
+        return hold
 
     # -- observing ---------------------------------------------------------------------------------
     def contenders(self) -> List[Contender]:

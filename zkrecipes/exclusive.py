@@ -24,6 +24,7 @@ class ExclusiveLock(Lock):
     """
 
     _family = "exclusive"
+    _format = "exclusive"  # zkrecipes' own format only
 
     def _protocol(self) -> Proto[Entry]:
         guid = naming.new_guid()

@@ -13,7 +13,10 @@ class FairLock(Lock):
 
     ``FairLock(zk, "/locks/nightly", identifier="worker-1")`` -- also ``host=``, ``acl=`` (applied to
     every node it creates, container parents included), ``retry=`` (a ``tenacity.Retrying`` for
-    transient errors) and ``tolerate_suspended=``.
+    transient errors), ``tolerate_suspended=`` and ``protocol=`` (the node format: ``"zkrecipes"``, or
+    ``"kazoo"`` / ``"curator"`` to share the path with kazoo's ``Lock`` or Curator's ``InterProcessMutex``,
+    see :doc:`/migrating-kazoo` and :doc:`/curator`). A queue holding a node this protocol cannot queue
+    with makes ``acquire`` raise :class:`~zkrecipes.LockError` naming its format (our node deleted).
 
     Guarantees: grants follow queue order; a release wakes exactly one waiter (each watches only its
     predecessor); uncontended acquire is one round trip (create and list pipelined), release one

@@ -18,17 +18,22 @@ from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 READ = "R"
 WRITE = "W"
+LEASE = "S"  # a semaphore's lease: ``<host>-S<max_leases>-<seq>``
+MAX_LEASES = 1_000_000
+_LEASE_HEAD = re.compile(r"-S([1-9][0-9]{0,6})-$")
 _SEQ = re.compile(r"(?<!\d)(\d{9,10})$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class QueueNode(NamedTuple):
-    """One child of a queue: its name, host label, kind (``"R"``/``"W"``) and integer sequence."""
+    """One child of a queue: its name, host label, kind (``"R"``/``"W"``/``"S"``), integer sequence and,
+    for a lease (``S``), the semaphore's ``max_leases`` written in its name (0 otherwise)."""
 
     name: str
     host: str
     kind: str
     sequence: int
+    leases: int = 0
 
 
 class Contender(NamedTuple):
@@ -99,6 +104,20 @@ def prefix(host: str, kind: str) -> str:
     return f"{host}-{kind}-"
 
 
+def lease_prefix(host: str, max_leases: int) -> str:
+    """The name a semaphore's sequential create is given: ``<host>-S<max_leases>-``."""
+    return f"{host}-{LEASE}{max_leases}-"
+
+
+def validate_max_leases(value: object) -> int:
+    """Return ``value`` if it is a positive int (not a bool) up to :data:`MAX_LEASES`, else raise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_leases must be an int, got {type(value).__name__} {value!r}")
+    if not 1 <= value <= MAX_LEASES:
+        raise ValueError(f"max_leases must be between 1 and {MAX_LEASES}, got {value!r}")
+    return value
+
+
 def parse(name: str) -> Optional[QueueNode]:
     """Parse a queue child name from the right; None if it has no sequence suffix.
 
@@ -114,6 +133,9 @@ def parse(name: str) -> Optional[QueueNode]:
     head, seq = split
     if head.endswith(("-R-", "-W-")):
         return QueueNode(name, head[:-3], head[-2], seq)
+    lease = _LEASE_HEAD.search(head)
+    if lease is not None:
+        return QueueNode(name, head[: lease.start()], LEASE, seq, int(lease.group(1)))
     return QueueNode(name, "", WRITE, seq)
 
 

@@ -9,7 +9,7 @@ the attempt limit; the deadline still applies on top of it.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Optional, TypeVar, cast
+from typing import Any, Awaitable, Callable, Optional, TypeVar, cast
 
 import tenacity
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
@@ -67,3 +67,23 @@ def call(
         reraise=True,
     )
     return retrying(fn, *args, **kw)
+
+
+async def acall(
+    fn: Callable[[], Awaitable[T]], deadline: Optional[float] = None, policy: Optional[tenacity.Retrying] = None
+) -> T:
+    """:func:`call` for coroutines (:mod:`zkrecipes.aio`): await ``fn()``, retrying transient ZooKeeper
+    errors with ``policy``'s wait and stop, until ``deadline`` (monotonic)."""
+    try:  # fast path: the first attempt skips tenacity's bookkeeping
+        return await fn()
+    except TRANSIENT:
+        if deadline is not None and time.monotonic() >= deadline:
+            raise
+    base = policy or _DEFAULT
+    retrying = tenacity.AsyncRetrying(
+        retry=base.retry & tenacity.retry_if_exception_type(TRANSIENT),
+        wait=base.wait,
+        stop=cast(tenacity.stop.stop_base, base.stop) | _StopAtDeadline(deadline),
+        reraise=True,
+    )
+    return cast(T, await retrying(fn))

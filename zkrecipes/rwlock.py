@@ -12,9 +12,10 @@ from .naming import Contender, QueueNode
 
 
 def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of readers: blocked by the nearest ``W`` node ahead, if any."""
+    """Wait-rule of readers: blocked by the nearest node ahead that is not a reader (``W``, or a node of
+    another recipe, a semaphore's lease included: never overtaken), if any."""
     for node in reversed(ahead):
-        if node.kind == naming.WRITE:
+        if node.kind != naming.READ:
             return node
     return None
 
@@ -30,6 +31,7 @@ class ReadLock(FairLock):
     """
 
     _kind = naming.READ
+    _format = "rw"
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         return nearest_writer(ahead, me)
@@ -39,6 +41,7 @@ class WriteLock(FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
     _kind = naming.WRITE  # wait-rule: predecessor, as FairLock
+    _format = "rw"
 
 
 class ReadWriteLock:
@@ -49,8 +52,9 @@ class ReadWriteLock:
     readers that arrive after it (no writer starvation). ``write()`` and ``FairLock`` on one path are
     the same queue. Downgrade: while holding ``write()``, take ``read()`` and then release the write
     side; the write node stays until the read is released, so no queued writer slips in between.
-    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``) go to
-    both sides.
+    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``,
+    ``protocol`` -- ``"kazoo"``: kazoo's ``ReadLock``/``WriteLock``; ``"curator"``: Curator's
+    ``InterProcessReadWriteLock``) go to both sides.
     """
 
     def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:

@@ -259,10 +259,12 @@ class Hold:
         except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
             log.info("could not confirm %s after a stall: %s", self.node, exc)
             return False
-        self._confirmed(ok, asked)
+        self.confirmed(ok, asked)
         return ok
 
-    def _confirmed(self, ok: bool, asked: float) -> None:
+    def confirmed(self, ok: bool, asked: float) -> None:
+        """Apply the answer to a confirming read started at monotonic ``asked`` (also used by the asyncio
+        driver, which does the read itself)."""
         if ok:
             self.verified_at = max(self.verified_at, asked)
         elif not self.released:
@@ -280,7 +282,7 @@ class Hold:
             except Exception:
                 return  # cannot tell yet; kazoo's connection states follow
             ok = stat is not None and stat.ephemeralOwner == self.session
-            self._watcher.post(lambda: self._confirmed(ok, asked))
+            self._watcher.post(lambda: self.confirmed(ok, asked))
 
         self.client.exists_async(self.node).rawlink(done)
 

@@ -238,3 +238,28 @@ def test_node_data_round_trips_and_names_the_contender():
 
 def test_default_host_is_a_valid_label():
     assert naming.validate_label("host", naming.default_host()) == naming.default_host()
+
+
+@pytest.mark.parametrize(
+    "name, host, leases, seq",
+    [
+        ("web-1-S3-0000000012", "web-1", 3, 12),
+        ("x-W-S10-0000000001", "x-W", 10, 1),  # a host label ending like a kind
+        ("h-S2--000000001", "h", 2, -1),  # past the 32-bit wrap
+    ],
+)
+def test_lease_names_carry_max_leases(name, host, leases, seq):
+    assert naming.parse(name) == QueueNode(name, host, naming.LEASE, seq, leases)
+    assert naming.sequence(name) == seq
+    assert naming.lease_prefix(host, leases) + name[len(naming.lease_prefix(host, leases)):] == name
+
+
+@pytest.mark.parametrize("bad", ["h-S0-0000000001", "h-S-0000000001", "h-S03-0000000001"])
+def test_malformed_lease_names_parse_as_foreign_writers(bad):
+    assert naming.parse(bad).kind == naming.WRITE
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (True, TypeError), (1.5, TypeError), (2_000_000, ValueError)])
+def test_validate_max_leases(bad, error):
+    with pytest.raises(error, match="max_leases"):
+        naming.validate_max_leases(bad)

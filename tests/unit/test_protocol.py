@@ -95,3 +95,111 @@ def test_owns_needs_a_node_and_our_session():
     assert p.owns(stat(), SID)
     assert not p.owns(stat(owner=SID + 1), SID)
     assert not p.owns(None, SID) and not p.owns(stat(), None)
+
+
+# -- a rule with several blockers (the semaphore) ----------------------------------------------------
+def lease(seq: int, n: int = 2) -> str:
+    return f"h-S{n}-{seq:010d}"
+
+
+def new_sem(n: int = 2):
+    from zkrecipes.semaphore import nearest_leases
+
+    return p.acquire("/s", [], f"h-S{n}-", b"{}", "guid", nearest_leases)
+
+
+def test_a_lease_watches_its_n_nearest_and_reads_only_when_unwatched_nodes_remain_ahead():
+    gen = new_sem()
+    start(gen)
+    listing = [lease(1), lease(2), lease(3), lease(4), lease(5)]
+    created(gen, (("/s/" + lease(5), stat()), listing))
+    # four ahead, two leases: blocked by the two nearest, both watched (the second added to the first)
+    assert gen.send(SID) == p.Watch("/s/" + lease(3), keep=False)
+    assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True)
+    assert gen.send(stat(4)) is p.SLEEP
+    # one of ours went; 1 and 2, further ahead, may have gone unseen: one listing, not a read per node
+    assert gen.send(frozenset({"/s/" + lease(4)})) == p.Read("children", "/s")
+    assert gen.send([lease(2), lease(3), lease(5)]) is p.SESSION
+    # the watch on 3 stays; only 2 is added
+    assert gen.send(SID) == p.Watch("/s/" + lease(2), keep=True)
+    assert gen.send(stat(2)) is p.SLEEP
+    # every node ahead is watched: 3 going leaves one ahead, fewer than two: held without a read
+    assert gen.send(frozenset({"/s/" + lease(3)})) is p.SESSION
+    assert gen.send(SID) is p.STALE
+    with pytest.raises(StopIteration):
+        gen.send(False)
+
+
+def test_a_blocker_already_gone_makes_a_lease_list_again_not_walk_its_old_listing():
+    gen = new_sem()
+    start(gen)
+    created(gen, (("/s/" + lease(9), stat()), [lease(i) for i in range(1, 10)]))
+    assert gen.send(SID) == p.Watch("/s/" + lease(7))
+    assert gen.send(None) == p.Read("children", "/s")  # gone already: our listing is old
+    assert gen.send([lease(8), lease(9)]) is p.SESSION
+    assert gen.send(SID) is p.STALE
+
+
+def test_a_lease_with_fewer_than_n_ahead_holds_at_once():
+    gen = new_sem(3)
+    start(gen)
+    created(gen, (("/s/" + lease(9, 3), stat()), [lease(7, 3), lease(8, 3), lease(9, 3)]))
+    assert gen.send(SID) is p.STALE
+
+
+def test_a_driver_that_cannot_say_which_node_went_makes_it_list_again():
+    gen = new_sem()
+    start(gen)
+    created(gen, (("/s/" + lease(5), stat()), [lease(3), lease(4), lease(5)]))
+    assert gen.send(SID) == p.Watch("/s/" + lease(3))
+    assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True)
+    assert gen.send(stat(4)) is p.SLEEP
+    assert gen.send(True) == p.Read("children", "/s")
+    assert gen.send([lease(4), lease(5)]) is p.SESSION
+    assert gen.send(SID) is p.STALE
+
+
+def test_a_wake_without_a_deletion_sets_every_watch_again():
+    gen = new_sem()
+    start(gen)
+    created(gen, (("/s/" + lease(5), stat()), [lease(3), lease(4), lease(5)]))
+    gen.send(SID)
+    gen.send(stat(3))
+    assert gen.send(stat(4)) is p.SLEEP
+    assert gen.send(frozenset()) is p.SESSION  # a session event: look again, watches afresh
+    assert gen.send(SID) == p.Watch("/s/" + lease(3), keep=False)
+
+
+def test_a_cancel_while_a_lease_waits_deletes_our_node():
+    gen = new_sem()
+    start(gen)
+    created(gen, (("/s/" + lease(5), stat()), [lease(3), lease(4), lease(5)]))
+    gen.send(SID)
+    gen.send(stat(3))
+    assert gen.send(stat(4)) is p.SLEEP
+    assert gen.throw(p.Cancelled()) == p.Delete("/s/" + lease(5), SID)
+    with pytest.raises(p.Cancelled):
+        gen.send(True)
+
+
+def test_a_rule_that_raises_deletes_our_node_first():
+    from zkrecipes.errors import LockError
+
+    def refuse(ahead, me):
+        raise LockError("mismatch")
+
+    gen = p.acquire("/s", [], "h-S3-", b"{}", "guid", refuse)
+    start(gen)
+    created(gen, (("/s/" + lease(5, 3), stat()), [lease(4, 2), lease(5, 3)]))
+    assert gen.send(SID) == p.Delete("/s/" + lease(5, 3), SID)
+    with pytest.raises(LockError):
+        gen.send(True)
+
+
+def test_readers_are_blocked_by_any_node_that_is_not_a_reader():
+    from zkrecipes import naming
+    from zkrecipes.rwlock import nearest_writer
+
+    ahead = naming.sort_queue(["h-R-0000000001", "h-S2-0000000002", "h-R-0000000003"])
+    me = naming.parse("h-R-0000000004")
+    assert nearest_writer(ahead, me).name == "h-S2-0000000002"

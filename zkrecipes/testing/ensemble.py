@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
 import glob
 import logging
 import os
@@ -22,7 +21,10 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import Optional, Sequence
+from typing import IO, Dict, List, Mapping, Optional, Sequence
+
+from . import _secure as secure
+from ._proc import die_with_parent
 
 log = logging.getLogger("zkrecipes.testing.ensemble")
 
@@ -108,14 +110,6 @@ def _server_mode(port: int) -> Optional[str]:
     return None
 
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 _live: "weakref.WeakSet[Ensemble]" = weakref.WeakSet()
 
 
@@ -133,6 +127,13 @@ class Ensemble:
     skips the fsync per write (fine for tests, not for benchmarks that claim disk latency).
     ``stop(i)``/``kill(i)``/``start(i)`` take server index ``i`` (0-based); ``leader()`` is the index of
     the current ZooKeeper leader. Everything started is stopped and deleted by :meth:`close`.
+
+    Secured ensembles (see :doc:`/security`): ``tls=True`` makes a throwaway CA and certificates
+    (``openssl``, ``keytool``) and has every server also listen with mutual TLS on ``secure_hosts``
+    (the Netty server; ``client_tls`` holds a client's KazooClient keyword arguments); the plain ``hosts``
+    stay open. ``sasl_users={"bob": "pw"}`` makes every server require SASL DIGEST-MD5 from each session
+    (``enforce.auth``, ZooKeeper >= 3.7) for those users; ``client_sasl("bob")`` gives the keyword
+    arguments (needs the ``pure-sasl`` package).
     """
 
     def __init__(
@@ -146,7 +147,12 @@ class Ensemble:
         jvm_opts: Sequence[str] = ("-Xms32m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"),
         classpath: Optional[str] = None,
         workdir: Optional[str] = None,
+        tls: bool = False,
+        sasl_users: Optional[Mapping[str, str]] = None,
     ) -> None:
+        if not isinstance(tls, bool):
+            raise ValueError(f"tls must be a bool, got {tls!r}")
+        self.sasl_users: Optional[Dict[str, str]] = None if sasl_users is None else secure.check_users(sasl_users)
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
         if not isinstance(tick_ms, int) or tick_ms < 10:
@@ -161,11 +167,24 @@ class Ensemble:
         self.java = find_java()
         self._own_dir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="zkrecipes-ensemble-")
-        ports = free_ports(3 * size)
-        self.client_ports = ports[0::3]
-        self._peer_ports = list(zip(ports[1::3], ports[2::3]))
-        self._procs: list[Optional[subprocess.Popen]] = [None] * size
-        self._logs: list = [None] * size
+        ports = free_ports(3 * size + (size if tls else 0))  # one batch: no port handed out twice
+        self.client_ports = ports[0:3 * size:3]
+        self._peer_ports = list(zip(ports[1:3 * size:3], ports[2:3 * size:3]))
+        self.secure_ports: list[int] = ports[3 * size:]
+        self._tls: Optional[secure.TlsFiles] = None
+        if tls:
+            if "netty" not in self.classpath:  # Debian's zookeeper.jar alone: add its Netty jars
+                self.classpath = os.pathsep.join([self.classpath, *secure.netty_classpath()])
+            try:
+                self._tls = secure.make_tls(os.path.join(self.workdir, "tls"))
+            except BaseException:
+                if self._own_dir:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                raise
+        if self.sasl_users:
+            secure.write_jaas(os.path.join(self.workdir, "jaas.conf"), self.sasl_users)
+        self._procs: List[Optional["subprocess.Popen[bytes]"]] = [None] * size
+        self._logs: List[Optional[IO[bytes]]] = [None] * size
         self._lock = threading.RLock()
         self._closed = False
         self._write_configs()
@@ -176,6 +195,33 @@ class Ensemble:
     def hosts(self) -> str:
         """Connect string of all servers, e.g. ``127.0.0.1:41231,127.0.0.1:41234,...``."""
         return ",".join(f"127.0.0.1:{p}" for p in self.client_ports)
+
+    @property
+    def secure_hosts(self) -> str:
+        """Connect string of the mutual-TLS ports (``tls=True`` only)."""
+        self._need_tls()
+        return ",".join(f"127.0.0.1:{p}" for p in self.secure_ports)
+
+    @property
+    def client_tls(self) -> Dict[str, object]:
+        """KazooClient keyword arguments for a TLS client with the client certificate (``tls=True`` only):
+        ``use_ssl``, ``ca``, ``certfile``, ``keyfile``, ``verify_certs``."""
+        return self._need_tls().client_kwargs()
+
+    def client_sasl(self, user: Optional[str] = None) -> Dict[str, object]:
+        """KazooClient keyword arguments (``sasl_options``) to log in as ``user`` (default: the first of
+        ``sasl_users``) over DIGEST-MD5."""
+        if not self.sasl_users:
+            raise ValueError("this ensemble was started without sasl_users")
+        user = next(iter(self.sasl_users)) if user is None else user
+        if user not in self.sasl_users:
+            raise ValueError(f"no SASL user {user!r} in this ensemble (it has {sorted(self.sasl_users)})")
+        return {"sasl_options": {"mechanism": "DIGEST-MD5", "username": user, "password": self.sasl_users[user]}}
+
+    def _need_tls(self) -> secure.TlsFiles:
+        if self._tls is None:
+            raise ValueError("this ensemble was started without tls=True")
+        return self._tls
 
     def host(self, i: int) -> str:
         """Connect string of server ``i`` alone."""
@@ -205,6 +251,10 @@ class Ensemble:
                 "maxClientCnxns=0",
                 "autopurge.purgeInterval=0",
             ]
+            if self._tls is not None:
+                lines += self._tls.server_config(self.secure_ports[i])
+            if self.sasl_users:
+                lines += secure.SASL_CONFIG
             if self.size > 1:
                 lines.append("standaloneEnabled=false")
                 for j, (qp, ep) in enumerate(self._peer_ports):
@@ -217,7 +267,7 @@ class Ensemble:
         self.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def start(self, i: Optional[int] = None, wait: bool = True) -> "Ensemble":
@@ -253,24 +303,27 @@ class Ensemble:
             f"-Dzookeeper.log.dir={d}",
             "-Dznode.container.checkIntervalMs=500",
             "-Dzookeeper.admin.enableServer=false",
+            *([f"-Djava.security.auth.login.config={os.path.join(self.workdir, 'jaas.conf')}"]
+              if self.sasl_users else []),
             "-cp",
             self.classpath,
             "org.apache.zookeeper.server.quorum.QuorumPeerMain",
             os.path.join(d, "zoo.cfg"),
         ]
         main = threading.current_thread() is threading.main_thread()
-        self._procs[i] = subprocess.Popen(
+        proc = self._procs[i] = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,
             stdout=logf,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=_die_with_parent if main else None,
+            preexec_fn=die_with_parent if main else None,
         )
-        if self._logs[i]:
-            self._logs[i].close()
+        old = self._logs[i]
+        if old is not None:
+            old.close()
         self._logs[i] = logf
-        log.debug("started ZooKeeper server %d (pid %d) on port %d", i, self._procs[i].pid, self.client_ports[i])
+        log.debug("started ZooKeeper server %d (pid %d) on port %d", i, proc.pid, self.client_ports[i])
 
     def running(self, i: int) -> bool:
         """True while the process of server ``i`` is alive."""

@@ -121,7 +121,7 @@ class Partition:
     def __enter__(self) -> "Partition":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def _drop(self, s: socket.socket) -> None:

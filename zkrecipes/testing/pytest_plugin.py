@@ -15,11 +15,17 @@ Fixtures:
   (``minSessionTimeout``/``maxSessionTimeout``, read with ``conf``) skips the test with a reason.
 - ``zk_reaps_containers``: skips the test unless the servers reap empty container nodes within
   seconds (``znode.container.checkIntervalMs``).
+- ``zk_tls_ensemble`` (session): a one-server ensemble with mutual TLS on ``secure_hosts``
+  (``client_tls``: a client's kazoo keyword arguments), started the first time a test asks for it.
+- ``zk_sasl_ensemble`` (session): a one-server ensemble that requires SASL DIGEST-MD5 of every session,
+  users ``alice`` and ``bob`` with random passwords (``sasl_users``, ``client_sasl(user)``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import secrets
 import time
 import uuid
 from typing import Callable, Dict, Iterator, Optional, Union
@@ -187,3 +193,30 @@ def _probe_container_reaping(hosts: str) -> Optional[float]:
             pass
         client.stop()
         client.close()
+
+
+def _local(what: str, **kwargs) -> Iterator[Ensemble]:
+    try:
+        ens = Ensemble(size=1, tick_ms=200, **kwargs)
+    except ZooKeeperNotFound as exc:
+        if os.environ.get("ZK_HOSTS"):  # an external ensemble cannot be reconfigured: say so, do not fail
+            pytest.skip(f"{what} needs a local ZooKeeper install ({exc})")
+        pytest.fail(str(exc), pytrace=False)
+    with ens:
+        yield ens
+
+
+@pytest.fixture(scope="session")
+def zk_tls_ensemble() -> Iterator[Ensemble]:
+    """One local server with mutual TLS on ``secure_hosts`` (``client_tls``: kazoo keyword arguments);
+    its plain ``hosts`` port stays open. Started once, the first time a test asks for it."""
+    yield from _local("a TLS ensemble", tls=True)
+
+
+@pytest.fixture(scope="session")
+def zk_sasl_ensemble() -> Iterator[Ensemble]:
+    """One local server that requires SASL DIGEST-MD5 of every session, for the users ``alice`` and ``bob``
+    (random passwords in ``sasl_users``; ``client_sasl("bob")`` gives kazoo keyword arguments). Started
+    once, the first time a test asks for it."""
+    users = {name: secrets.token_urlsafe(12) for name in ("alice", "bob")}
+    yield from _local("a SASL ensemble", sasl_users=users)

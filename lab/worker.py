@@ -1,7 +1,7 @@
-"""A worker process of the safety lab (:mod:`zkrecipes.testing.chaos`); not meant to be run by hand.
+"""A worker process of the safety lab (:mod:`lab.run`); not meant to be run by hand.
 
-``python -m zkrecipes.testing.chaos_worker CONFIG.json`` connects with its own session and loops:
-acquire, read-modify-write a :class:`~zkrecipes.testing.fenced.FencedRegister` presenting the lock's
+``python -m lab.worker CONFIG.json`` connects with its own session and loops:
+acquire, read-modify-write a :class:`~lab.fenced.FencedRegister` presenting the lock's
 fencing token, hold a random short time, release. Every step is appended to the worker's own JSON-lines
 history with monotonic (``t``, comparable across processes on one Linux host) and wall-clock (``wall``)
 times. The worker never judges itself: the lab's checker reads the histories afterwards.
@@ -222,7 +222,7 @@ class Worker:
         return on_state
 
     def loop_fair(self, client, paths, rnd) -> None:
-        from .. import FairLock
+        from zkrecipes import FairLock
 
         lock = FairLock(client, paths["fair"], identifier=self.ident)
         current: dict = {}
@@ -231,7 +231,7 @@ class Worker:
         self._lock_loop("fair", client, lambda: (lock, "x"), rnd, current)
 
     def loop_rw(self, client, paths, rnd) -> None:
-        from .. import ReadWriteLock
+        from zkrecipes import ReadWriteLock
 
         rw = ReadWriteLock(client, paths["rw"], identifier=self.ident)
         current: dict = {}
@@ -247,7 +247,7 @@ class Worker:
     def _lock_loop(self, impl: str, client, pick, rnd, current: dict) -> None:
         """Loop over one zkrecipes lock; ``pick()`` returns (lock object, mode "x" or "s") for each round.
         ``current["hold"]`` names the hold in progress, for the state listeners."""
-        from .. import LockLost
+        from zkrecipes import LockLost
 
         reg = FencedRegister(self.cfg["registers"][impl])
         n = 0
@@ -282,7 +282,7 @@ class Worker:
         reg.close()
 
     def loop_election(self, client, paths, rnd) -> None:
-        from .. import LeaderElection, LockLost
+        from zkrecipes import LeaderElection, LockLost
 
         el = LeaderElection(client, paths["election"], identifier=self.ident)
         current: dict = {}

@@ -1,11 +1,11 @@
 """The safety lab: can two holders ever both act? Jepsen-style evidence, rerunnable with one command.
 
-``python -m zkrecipes.testing.chaos [--long] [--seed N] [--out DIR]`` (``make safety`` runs ``--long``)
+``python -m lab.run [--long] [--seed N] [--out DIR]`` (``make safety`` runs ``--long``)
 
 A trial starts a 3-server ZooKeeper ensemble on 127.0.0.1 (and, for the Redis baseline, a
-``redis-server``), then ≥ 8 worker processes (:mod:`zkrecipes.testing.chaos_worker`), each with its own
+``redis-server``), then ≥ 8 worker processes (:mod:`lab.worker`), each with its own
 session and its own loopback :class:`~zkrecipes.testing.Partition` proxies (one per server, run by this
-process). Workers loop acquire → read-modify-write a :class:`~zkrecipes.testing.fenced.FencedRegister`
+process). Workers loop acquire → read-modify-write a :class:`~lab.fenced.FencedRegister`
 → release and record every step. Meanwhile this process -- the nemesis -- injects a seeded schedule of
 faults and records them:
 
@@ -24,7 +24,7 @@ faults map to killing, or stopping, the single redis-server, and session expiry 
 key server-side; there is no follower to kill). The short run (default, used by ``make test``) runs the
 ``zk`` trial with each fault once; ``--long`` runs every trial with each fault three times.
 
-The verdict comes from :mod:`zkrecipes.testing.chaos_check`, which reads only the recorded histories.
+The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
 status is 1 when zkrecipes had an accepted overlap, a lost increment, an orphan node or a hung worker.
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import datetime
 import json
 import os
@@ -51,10 +50,12 @@ import time
 import uuid
 from typing import Callable, Optional
 
-from .chaos_check import check_trial
-from .ensemble import Ensemble, four_letter, free_ports
-from .faults import Partition
+from zkrecipes.testing import Ensemble, Partition, four_letter
+from zkrecipes.testing._proc import die_with_parent
+
+from .check import check_trial
 from .fenced import FencedRegister
+from .redis_server import RedisServer, redis_version
 
 FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "pause", "holder-kill")
 HOLDER_FAULTS = ("session-expiry", "partition", "pause", "holder-kill")
@@ -76,12 +77,7 @@ TOKENS = {
 ZK_IMPLS = ("fair", "rw", "election")
 HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
 REDIS_KEY = "chaos-lock"
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # in the child, between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: workers import lab
 
 
 def _killpg(proc: Optional[subprocess.Popen], sig: int) -> None:
@@ -119,49 +115,6 @@ class Journal:
 
     def close(self) -> None:
         os.close(self._fd)
-
-
-class RedisServer:
-    """A throw-away ``redis-server`` on 127.0.0.1 without persistence (the classic single instance)."""
-
-    def __init__(self, workdir: str) -> None:
-        self.port = free_ports(1)[0]
-        self.workdir = workdir
-        self.proc: Optional[subprocess.Popen] = None
-        self._log = open(os.path.join(workdir, "redis.log"), "ab")
-
-    def start(self, timeout: float = 15.0) -> None:
-        cmd = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-               "--dir", self.workdir]
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + timeout
-        while not self.ping():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"redis-server did not answer on port {self.port}; see {self.workdir}/redis.log")
-            time.sleep(0.05)
-
-    def ping(self) -> bool:
-        import redis
-
-        try:
-            with redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=0.5, socket_connect_timeout=0.5) as r:
-                return bool(r.ping())
-        except redis.RedisError:
-            return False
-
-    def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def close(self) -> None:
-        self.signal(signal.SIGKILL)
-        self._log.close()
 
 
 class Slot:
@@ -231,14 +184,13 @@ class Trial:
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
         env = dict(os.environ)
-        pkg_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = pkg_parent + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = _ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         log = open(os.path.join(self.dir, f"stderr-{slot.index}-{slot.gen}.log"), "ab")
         try:
             slot.proc = subprocess.Popen(
-                [sys.executable, "-m", "zkrecipes.testing.chaos_worker", cfg_path],
+                [sys.executable, "-m", "lab.worker", cfg_path],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                start_new_session=True, preexec_fn=die_with_parent,
             )
         finally:
             log.close()
@@ -335,7 +287,7 @@ class Trial:
         """The nodes of ``impl``'s queue with owner session, pid and per-acquire guid (for stall reports)."""
         from kazoo.exceptions import KazooException
 
-        from .. import naming
+        from zkrecipes import naming
 
         path = self.paths[impl]
         out = []
@@ -523,7 +475,7 @@ class Trial:
             if self.name != "redis":
                 from kazoo.client import KazooClient
 
-                from .chaos_worker import FAST_RECONNECT
+                from .worker import FAST_RECONNECT
 
                 self.mon = KazooClient(hosts=self.ens.hosts, timeout=10.0, connection_retry=dict(FAST_RECONNECT))
                 self.mon.start(timeout=30)
@@ -617,11 +569,11 @@ def redis_available() -> bool:
 def _versions(ens: Optional[Ensemble]) -> dict:
     import kazoo
 
-    from .. import __version__
+    from zkrecipes import __version__
 
     env = {"zkrecipes": __version__, "kazoo": getattr(kazoo, "__version__", "?"), "python": platform.python_version(),
            "cpus": os.cpu_count(), "platform": platform.platform()}
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    src = _ROOT
     if os.path.isdir(os.path.join(src, ".git")):  # provenance: the commit the lab and the locks came from
         git = ["git", "-C", src]
         head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -634,8 +586,7 @@ def _versions(ens: Optional[Ensemble]) -> dict:
         version = first[0].split(":", 1)[1].split(",")[0].strip() if first else "?"
         env["zookeeper"] = re.sub(r"-\$\{[^}]*\}", "", version)  # Debian's build leaves "-${mvngit.commit.id}"
     if shutil.which("redis-server"):
-        out = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
-        env["redis_server"] = next((w[2:] for w in out if w.startswith("v=")), "?")
+        env["redis_server"] = redis_version() or "?"
     return env
 
 
@@ -688,8 +639,8 @@ def _command(st: Settings) -> str:
     if getattr(st, "argv", None) is not None:
         import shlex
 
-        return " ".join(["python -m zkrecipes.testing.chaos"] + [shlex.quote(a) for a in st.argv])
-    return "python -m zkrecipes.testing.chaos" + (" --long" if st.long else "") + f" --seed {st.seed}"
+        return " ".join(["python -m lab.run"] + [shlex.quote(a) for a in st.argv])
+    return "python -m lab.run" + (" --long" if st.long else "") + f" --seed {st.seed}"
 
 
 def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration: float) -> dict:
@@ -844,7 +795,7 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def main(argv: Optional[list] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m zkrecipes.testing.chaos", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m lab.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--long", action="store_true", help="every trial (zkrecipes, kazoo, redis), each fault 3 times")
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
     p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")

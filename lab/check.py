@@ -1,6 +1,6 @@
 """The safety lab's checker: verdicts computed from recorded histories only.
 
-Inputs (one directory per trial, written by :mod:`zkrecipes.testing.chaos`):
+Inputs (one directory per trial, written by :mod:`lab.run`):
 
 - ``meta.json`` -- the trial's implementations, session timeout and settle time;
 - ``w-<slot>-<gen>.jsonl`` -- each worker process's own events (``acquire``, ``grant``, ``state``,

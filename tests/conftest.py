@@ -1,0 +1,21 @@
+"""Fixtures shared by the ZooKeeper tests (the kit's own fixtures -- zk_ensemble, zk, zk_factory,
+zk_namespace -- come from the zkrecipes.testing pytest plugin). Plain helpers live in lockhelpers.py."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+from lockhelpers import MUTEXES, RECIPES
+
+
+@pytest.fixture(params=MUTEXES)
+def mutex(request: pytest.FixtureRequest) -> str:
+    """The name of each mutex recipe in turn: FairLock, ExclusiveLock, ReadWriteLock's write side."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_lock(mutex: str) -> Callable[..., Any]:
+    """The recipe named by ``mutex``: ``make_lock(client, path, **kwargs)``."""
+    return RECIPES[mutex]

@@ -1,0 +1,156 @@
+"""transaction() on the asyncio locks, semaphore and election: ``await tx.commit()`` applies while the
+hold lives, and raises LockLost with nothing applied once the session expired and another holds."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kazoo.exceptions import BadVersionError, RolledBackError
+from test_aio import States, run
+
+from zkrecipes import LockError, LockLost, aio
+from zkrecipes.testing import expire_session
+
+
+class Elected:
+    """aio.LeaderElection with the acquire/release shape of a lock (for the parametrized test)."""
+
+    def __init__(self, client, path) -> None:
+        self.e = aio.LeaderElection(client, path)
+
+    async def acquire(self, timeout=None) -> bool:
+        return await self.e.campaign(timeout=timeout)
+
+    async def release(self) -> None:
+        await self.e.resign()
+
+    def transaction(self):
+        return self.e.transaction()
+
+    def add_listener(self, fn) -> None:
+        self.e.add_listener(fn)
+
+
+RECIPES = {
+    "fair": aio.FairLock,
+    "exclusive": aio.ExclusiveLock,
+    "rw-write": lambda zk, path: aio.ReadWriteLock(zk, path).write(),
+    "rw-read": lambda zk, path: aio.ReadWriteLock(zk, path).read(),
+    "semaphore": lambda zk, path: aio.Semaphore(zk, path, 1),
+    "election": Elected,
+}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_commits_while_held_and_not_after_expiry_when_another_holds(zk, zk_factory, recipe):
+    make = RECIPES[recipe]
+    zk.ensure_path("/data")
+    client, rival_client = zk_factory(timeout=3.0), zk_factory(timeout=3.0)
+
+    async def body() -> None:
+        lock = make(client, "/held")
+        log = States(lock)
+        assert await lock.acquire(timeout=10)
+        tx = lock.transaction()
+        assert isinstance(tx, aio.HeldTransaction)
+        tx.create("/data/a", b"1")
+        tx.set_data("/data", b"x")
+        results = await tx.commit()
+        assert results[0] == "/data/a" and results[1].version == 1  # kazoo's results, one per op we added
+        zk.sync("/data")
+        assert zk.get("/data/a")[0] == b"1"
+
+        async with lock.transaction() as tx:  # commits on leaving the block
+            tx.create("/data/b", b"2")
+        zk.sync("/data")
+        assert zk.get("/data/b")[0] == b"2"
+
+        stale = lock.transaction()  # built while held, committed after the hold is gone
+        stale.create("/data/late", b"stale")
+        stale.set_data("/data", b"stale")
+        await asyncio.get_running_loop().run_in_executor(None, expire_session, client)
+        await log.wait_for("lost")
+        rival = make(rival_client, "/held")
+        if recipe == "rw-read":  # readers share: a writer is the one that excludes us
+            rival = aio.ReadWriteLock(rival_client, "/held").write()
+        assert await rival.acquire(timeout=15)
+        with pytest.raises(LockLost):
+            await stale.commit()
+        with pytest.raises(LockLost):  # a new one too: the hold is lost
+            tx2 = lock.transaction()
+            tx2.create("/data/late2")
+            await tx2.commit()
+        zk.sync("/data")
+        assert zk.exists("/data/late") is None and zk.exists("/data/late2") is None
+        assert zk.get("/data")[0] == b"x"
+        await lock.release()
+        await rival.release()
+
+    run(body)
+
+
+def test_a_failed_user_op_returns_kazoos_results_and_a_raising_block_commits_nothing(zk):
+    zk.ensure_path("/data")
+
+    async def body() -> None:
+        lock = aio.FairLock(zk, "/fail")
+        async with lock:
+            tx = lock.transaction()
+            tx.create("/data/b", b"")
+            tx.check("/data", 42)  # wrong version
+            results = await tx.commit()
+            assert isinstance(results[0], RolledBackError) and isinstance(results[1], BadVersionError)
+            with pytest.raises(RuntimeError):
+                async with lock.transaction() as tx:
+                    tx.create("/data/c", b"")
+                    raise RuntimeError("changed my mind")
+        assert zk.exists("/data/b") is None and zk.exists("/data/c") is None
+
+    run(body)
+
+
+def test_the_commit_is_refused_without_a_hold_after_release_and_in_sync_form(zk):
+    async def body() -> None:
+        lock = aio.FairLock(zk, "/refuse")
+        with pytest.raises(LockError, match="not held by the calling task"):
+            lock.transaction()
+        with pytest.raises(LockLost, match="not the leader"):
+            aio.LeaderElection(zk, "/refuse-e").transaction()
+        await lock.acquire()
+
+        async def other_task() -> None:
+            with pytest.raises(LockError, match="not held by the calling task"):
+                lock.transaction()
+
+        await asyncio.create_task(other_task())
+        tx = lock.transaction()
+        with pytest.raises(TypeError, match="async with"):
+            with tx:
+                pass
+        with pytest.raises(TypeError, match="commit"):
+            tx.commit_async()
+        tx.create("/after-release")
+        await lock.release()
+        with pytest.raises(LockLost, match="released"):
+            await tx.commit()
+        assert zk.exists("/after-release") is None
+
+    run(body)
+
+
+def test_the_loop_keeps_running_while_a_commit_waits_for_its_reply(zk):
+    """The commit is awaited (kazoo's reply handed to the loop), not a blocking get on the loop's thread."""
+
+    async def body() -> None:
+        lock = aio.FairLock(zk, "/nonblocking")
+        async with lock:
+            tx = lock.transaction()
+            tx.create("/nb", b"")
+            commit = asyncio.create_task(tx.commit())
+            await asyncio.sleep(0)  # the commit task runs up to its first await: the multi is on the wire
+            assert not commit.done()  # a commit that blocked the loop would be over before we ran again
+            assert await commit == ["/nb"]
+        assert zk.exists("/nb") is not None
+
+    run(body)

@@ -1,0 +1,127 @@
+"""The kazoo seam (zkrecipes._kazoo), one test per function, against a real ensemble.
+
+``make test`` runs this file twice: on the installed kazoo (the newest supported) and on the oldest
+supported one (kazoo 2.9.0, put first on PYTHONPATH; ZKRECIPES_EXPECT_KAZOO names the version that
+must be the one imported, so a run on the wrong kazoo fails instead of passing quietly).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from importlib import metadata
+
+import kazoo
+import kazoo.exceptions
+import pytest
+from kazoo.exceptions import ConnectionClosedError, NoNodeError
+from kazoo.protocol.serialization import GetChildren
+from kazoo.security import OPEN_ACL_UNSAFE
+from lockhelpers import full_path, server_watches, wait_until
+
+from zkrecipes import _kazoo
+
+
+def test_runs_on_the_expected_kazoo():
+    expected = os.environ.get("ZKRECIPES_EXPECT_KAZOO") or metadata.version("kazoo")
+    assert kazoo.version.__version__ == expected
+
+
+def test_nowatcher_is_registered_and_a_late_remove_watches_keeps_the_client_alive(zk):
+    assert -121 in kazoo.exceptions.EXCEPTIONS
+    zk.create("/seam-nw", b"")
+    ar = zk.handler.async_result()
+    zk._call(_kazoo.RemoveWatches(full_path(zk, "/seam-nw"), 2), ar)  # no such watch: NOWATCHER
+    with pytest.raises(kazoo.exceptions.ZookeeperError):
+        ar.get(timeout=10)
+    assert ar.exception is kazoo.exceptions.EXCEPTIONS[-121] or type(ar.exception) is kazoo.exceptions.EXCEPTIONS[-121]
+    assert zk.exists("/seam-nw") is not None  # the connection survived the unknown-to-old-kazoo reply
+
+
+def test_session_id_and_is_stopped(zk_factory):
+    client = zk_factory()
+    assert _kazoo.session_id(client) == client.client_id[0] != 0
+    assert not _kazoo.is_stopped(client)
+    client.stop()
+    assert _kazoo.is_stopped(client)
+    assert _kazoo.session_id(client) is None
+
+
+def test_session_timeout_is_what_the_client_asked_for(zk_factory):
+    assert _kazoo.session_timeout(zk_factory(timeout=3.5)) == 3.5
+
+
+def test_submit_pipelines_in_order_and_fails_cleanly_once_stopped(zk_factory):
+    client = zk_factory()
+    client.create("/seam-submit/a", b"", makepath=True)
+    results = _kazoo.submit(client, [GetChildren(full_path(client, "/seam-submit"), None)] * 3)
+    assert [r.get(timeout=10) for r in results] == [["a"]] * 3
+    client.stop()
+    stopped = _kazoo.submit(client, [GetChildren(full_path(client, "/seam-submit"), None)])
+    with pytest.raises(ConnectionClosedError):
+        stopped[0].get(timeout=10)
+
+
+def test_create_and_list_is_one_pipelined_pair_with_the_chroot_handled(zk):
+    zk.create("/seam-cl/other", b"", makepath=True)
+    created, listed = _kazoo.create_and_list(zk, "/seam-cl/n-", b"x", OPEN_ACL_UNSAFE, 3, "/seam-cl")
+    path, stat = created.get(timeout=10)
+    assert path.startswith(full_path(zk, "/seam-cl/n-"))  # create2's reply carries the chroot
+    assert stat.ephemeralOwner == zk.client_id[0]
+    assert sorted(listed.get(timeout=10)) == sorted(["other", path.rsplit("/", 1)[1]])
+    created, listed = _kazoo.create_and_list(zk, "/seam-cl/solo", b"", OPEN_ACL_UNSAFE, 1, None)
+    assert listed is None and created.get(timeout=10)[1].ephemeralOwner == zk.client_id[0]
+
+
+def test_create_container_makes_a_parent_the_server_reaps_once_emptied(zk):
+    zk.create("/seam-cc", b"")
+    path, stat = _kazoo.create_container(zk, "/seam-cc/parent", OPEN_ACL_UNSAFE).get(timeout=10)
+    assert path == full_path(zk, "/seam-cc/parent") and stat.ephemeralOwner == 0
+    zk.create("/seam-cc/parent/child", b"")
+    zk.delete("/seam-cc/parent/child")
+    wait_until(lambda: zk.exists("/seam-cc/parent") is None, 30, "the emptied container parent to be reaped")
+    with pytest.raises(NoNodeError):
+        _kazoo.create_container(zk, "/seam-cc/no/such/parent", OPEN_ACL_UNSAFE).get(timeout=10)
+
+
+def test_data_watchers_and_remove_data_watch_client_and_server_side(zk, zk_ensemble):
+    zk.create("/seam-w", b"")
+    fired = threading.Event()
+
+    def fn(event):
+        fired.set()
+
+    zk.get("/seam-w", watch=fn)
+    assert _kazoo.data_watchers(zk, "/seam-w") == frozenset({fn})
+    full = full_path(zk, "/seam-w")
+    wait_until(lambda: full in server_watches(zk_ensemble, "wchp"), 10, "the server to list our watch")
+    _kazoo.remove_data_watch(zk, "/seam-w", fn)
+    assert _kazoo.data_watchers(zk, "/seam-w") == frozenset()
+    zk.sync("/seam-w")  # the removal has reached the server
+    assert full not in server_watches(zk_ensemble, "wchp")
+    zk.set("/seam-w", b"changed")
+    zk.sync("/seam-w")
+    assert not fired.is_set()
+    _kazoo.remove_data_watch(zk, "/seam-w", fn)  # not watched any more: a no-op
+
+
+def test_commit_fenced_applies_only_in_the_nodes_session(zk, zk_factory):
+    """The race client-side checks cannot close: our session expires between the last look and the send,
+    and kazoo sends in the new session. A multi about to go out in another session cannot succeed."""
+    from kazoo.protocol.serialization import Create
+
+    from zkrecipes import ExclusiveLock
+
+    holder = ExclusiveLock(zk_factory(), "/seam-fence")
+    assert holder.acquire()  # another session holds the very path the fence checks
+    ops = [Create(full_path(zk, "/seam-fenced"), b"", list(OPEN_ACL_UNSAFE), 0)]
+    sid = _kazoo.session_id(zk)
+    results = _kazoo.commit_fenced(zk, ops, sid + 1, "/seam-fence/lock").get(timeout=10)
+    assert len(results) == 1 and isinstance(results[0], Exception)  # replaced: nothing applied
+    assert zk.exists("/seam-fenced") is None
+    results = _kazoo.commit_fenced(zk, ops, sid, "/seam-fence/lock").get(timeout=10)  # our session: passes
+    assert results[0] is True and results[1].endswith("/seam-fenced")
+    assert zk.exists("/seam-fenced") is not None
+    results = _kazoo.commit_fenced(zk, ops, sid, "/seam-fence/nobody").get(timeout=10)  # the node is gone
+    assert isinstance(results[0], kazoo.exceptions.NoNodeError)
+    holder.release()

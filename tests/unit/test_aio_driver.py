@@ -1,0 +1,30 @@
+"""The asyncio driver's waiting, without ZooKeeper: a wake-up (a watch firing, a session event) ends a
+sleep, but never the wait for a request's reply -- with several watches (a semaphore's waiter) one of
+them may fire while the next watch's request is in flight."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kazoo.handlers.threading import SequentialThreadingHandler
+
+from zkrecipes.aio._driver import AioDriver
+
+
+def test_a_wake_up_during_a_request_waits_for_the_reply_and_is_kept_for_the_next_sleep():
+    handler = SequentialThreadingHandler()
+
+    async def body() -> None:
+        driver = AioDriver(client=None, deadline=None, policy=None)  # call() needs no client
+        reply = handler.async_result()
+        call = asyncio.create_task(driver.call(lambda: reply))
+        await asyncio.sleep(0)  # the request is out; the driver awaits its reply
+        driver._wake()  # a watch of ours fires meanwhile
+        await asyncio.sleep(0.01)
+        assert not call.done()  # still waiting for the reply, not handed a reply that is not there
+        reply.set("the reply")
+        assert await asyncio.wait_for(call, 5) == "the reply"
+        await asyncio.wait_for(driver._sleep(), 5)  # the wake-up was not lost: the next sleep ends at once
+        driver.close()
+
+    asyncio.run(body())

@@ -1,0 +1,96 @@
+"""The asyncio form of the gate's wait, without ZooKeeper: tasks wait in arrival order, a change wakes
+them, and however a task leaves (grant, timeout, cancel) it leaves the line and its waker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from zkrecipes._gate import Entered, Gate
+from zkrecipes.aio._gate import enter
+from zkrecipes.naming import READ, WRITE
+
+HOLD = object()
+
+
+def good(hold: object) -> bool:
+    return True
+
+
+def never() -> bool:
+    return False
+
+
+def test_tasks_get_the_gate_in_arrival_order_and_leave_no_waker():
+    async def body() -> None:
+        g = Gate("/p")
+        order = []
+
+        async def owner(i: int) -> None:
+            me = asyncio.current_task()
+            got = await enter(g, me, WRITE, True, None, never, good)
+            assert got is Entered.QUEUE
+            order.append(i)
+            g.granted(me, WRITE, HOLD)
+            await asyncio.sleep(0)
+            assert g.leave(me, WRITE).last
+            g.released()
+
+        tasks = []
+        for i in range(50):
+            tasks.append(asyncio.create_task(owner(i)))
+            await asyncio.sleep(0)
+        await asyncio.gather(*tasks)
+        assert order == list(range(50))
+        assert not g.line and not g.wakers and g.waiting_writers == 0 and not g.busy
+
+    asyncio.run(body())
+
+
+def test_deadline_miss_and_cancel_leave_the_line():
+    async def body() -> None:
+        g = Gate("/p")
+        with g.cond:
+            assert g.try_enter("holder", WRITE, good) is Entered.QUEUE
+        g.granted("holder", WRITE, HOLD)
+        assert await enter(g, "a", WRITE, False, None, never, good) is None  # non-blocking miss
+        t0 = time.monotonic()
+        assert await enter(g, "b", WRITE, True, time.monotonic() + 0.1, never, good) is None
+        assert time.monotonic() - t0 >= 0.1
+        waiter = asyncio.create_task(enter(g, "c", WRITE, True, None, never, good))
+        await asyncio.sleep(0.01)
+        assert list(g.line) == ["c"] and g.waiting_writers == 1 and len(g.wakers) == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        assert not g.line and not g.wakers and g.waiting_writers == 0
+        flag = {"cancelled": False}
+        waiter = asyncio.create_task(enter(g, "d", WRITE, True, None, lambda: flag["cancelled"], good))
+        await asyncio.sleep(0.01)
+        flag["cancelled"] = True
+        g.wake_all()  # what Lock.cancel() does
+        assert await waiter is None and not g.line
+
+    asyncio.run(body())
+
+
+def test_a_release_wakes_local_readers_to_share_and_a_waiting_writer_stops_new_readers():
+    async def body() -> None:
+        g = Gate("/p")
+        with g.cond:
+            assert g.try_enter("r1", READ, good) is Entered.QUEUE
+        g.granted("r1", READ, HOLD)
+        assert await enter(g, "r2", READ, True, None, never, good) is Entered.HAVE  # joins the read hold
+        writer = asyncio.create_task(enter(g, "w", WRITE, True, None, never, good))
+        await asyncio.sleep(0.01)
+        assert g.waiting_writers == 1
+        assert await enter(g, "r3", READ, False, None, never, good) is None  # would overtake the writer
+        g.leave("r1", READ)
+        left = g.leave("r2", READ)
+        assert left.last
+        g.released()
+        assert await asyncio.wait_for(writer, 1) is Entered.QUEUE
+
+    asyncio.run(body())

@@ -1,0 +1,188 @@
+"""Node formats (zkrecipes, kazoo, Curator): names, parsing, order, and the refusal of foreign children."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, protocols
+from zkrecipes import _protocol as p
+from zkrecipes._lock import predecessor
+from zkrecipes.naming import QueueNode
+from zkrecipes.protocols import CURATOR, KAZOO, ZKRECIPES, get
+
+KAZOO_ID = uuid.uuid4().hex  # what kazoo puts before its marker
+CURATOR_ID = f"_c_{uuid.uuid4()}-"  # Curator's protected prefix
+
+
+@pytest.mark.parametrize(
+    "name,protocol,family,kind,seq,ours",
+    [
+        ("web-1-W-0000000007", ZKRECIPES, "queue", "W", 7, True),
+        ("web-1-R--000000001", ZKRECIPES, "queue", "R", -1, True),
+        (f"{KAZOO_ID}__lock__0000000003", KAZOO, "lock", "W", 3, False),
+        (f"{KAZOO_ID}__rlock__-2147483648", KAZOO, "lock", "R", -2147483648, False),
+        (f"{CURATOR_ID}lock-0000000004", CURATOR, "lock", "W", 4, False),
+        (f"{CURATOR_ID}__READ__0000000005", CURATOR, "rw", "R", 5, False),
+        (f"{CURATOR_ID}__WRIT__0000000006", CURATOR, "rw", "W", 6, False),
+        (f"{CURATOR_ID}latch-0000000008", CURATOR, "election", "W", 8, False),
+        (f"{CURATOR_ID}latch--000000002", CURATOR, "election", "W", -2, False),
+    ],
+)
+def test_identify_names_the_library_and_reads_the_sequence_as_an_integer(name, protocol, family, kind, seq, ours):
+    found = protocols.identify(name)
+    assert found is not None
+    assert (found.protocol, found.family, found.node.kind, found.node.sequence, found.ours) == (
+        protocol, family, kind, seq, ours)
+
+
+@pytest.mark.parametrize("name", ["lock", "leader", "x-W-123", "abc__lock__123", "config-0000000001x"])
+def test_names_of_no_known_format_are_not_identified(name):
+    assert protocols.identify(name) is None
+
+
+@pytest.mark.parametrize(
+    "protocol,family,kind,pattern",
+    [
+        (KAZOO, "lock", "W", r"^7a6b726563697065[0-9a-f]{16}__lock__$"),
+        (KAZOO, "rw", "R", r"^7a6b726563697065[0-9a-f]{16}__rlock__$"),
+        (CURATOR, "lock", "W", r"^_c_7a6b7265-6369-7065-[0-9a-f]{4}-[0-9a-f]{12}-lock-$"),
+        (CURATOR, "rw", "W", r"^_c_7a6b7265-6369-7065-[0-9a-f]{4}-[0-9a-f]{12}-__WRIT__$"),
+        (CURATOR, "rw", "R", r"^_c_7a6b7265-6369-7065-[0-9a-f]{4}-[0-9a-f]{12}-__READ__$"),
+        (CURATOR, "election", "W", r"^_c_7a6b7265-6369-7065-[0-9a-f]{4}-[0-9a-f]{12}-latch-$"),
+    ],
+)
+def test_foreign_formats_are_named_like_the_library_with_our_mark(protocol, family, kind, pattern):
+    import re
+
+    proto = get(protocol, family)
+    guid = proto.new_guid()
+    prefix = proto.prefix("host", kind, guid)
+    assert re.match(pattern, prefix) and guid in prefix  # the guid finds our node after a lost create reply
+    found = protocols.identify(prefix + "0000000001")
+    assert found is not None and found.ours and found.protocol == protocol
+    # the mark can never be a uuid4 (version digit 4), so kazoo's and Curator's own nodes are never "ours"
+    assert len(prefix.split("__")[0] if protocol == KAZOO else prefix[3:39]) in (32, 36)
+
+
+def test_data_formats():
+    assert get(KAZOO, "lock").data("worker-1", "g", "host") == b"worker-1"  # kazoo: the identifier
+    assert get(KAZOO, "lock").data(None, "g", "host") == b""
+    assert get(CURATOR, "lock").data(None, "g", "host") == b"host"  # Curator's default: the host's address
+    assert get(CURATOR, "election").data("id-7", "g", "host") == b"id-7"  # LeaderLatch: the participant id
+    assert b'"guid":"g"' in get(ZKRECIPES, "lock").data(None, "g", "host")
+
+
+def test_each_protocol_queues_only_with_what_its_library_would_see():
+    names = {
+        "zk": "h-W-0000000001",
+        "kazoo": f"{KAZOO_ID}__lock__0000000002",
+        "kazoo-ours": "7a6b726563697065" + "0" * 16 + "__rlock__0000000003",
+        "mutex": f"{CURATOR_ID}lock-0000000004",
+        "rw": f"{CURATOR_ID}__WRIT__0000000005",
+        "latch": f"{CURATOR_ID}latch-0000000006",
+    }
+    accepts = {
+        (ZKRECIPES, "lock"): {"zk", "kazoo-ours"},  # zkrecipes' own, in either format: the switch-over
+        (KAZOO, "lock"): {"zk", "kazoo", "kazoo-ours"},
+        (CURATOR, "lock"): {"mutex"},
+        (CURATOR, "rw"): {"rw"},
+        (CURATOR, "election"): {"latch"},
+    }
+    for (name, family), want in accepts.items():
+        proto = get(name, family)
+        assert {k for k, n in names.items() if proto.parse(n) is not None} == want, (name, family)
+
+
+def test_ahead_orders_by_integer_wrap_aware_sequence_and_refuses_foreign_children_behind_us_too():
+    kazoo = get(KAZOO, "lock")
+    listing = [f"{KAZOO_ID}__lock__-2147483648", "a__rlock__2147483646", "h-W-2147483647", "b__lock__-000000003"]
+    ahead, seen = kazoo.ahead("/p", listing, -3)
+    assert seen and [n.sequence for n in ahead] == [2147483646, 2147483647, -2147483648]
+    assert [n.kind for n in ahead] == ["R", "W", "W"]
+    # a Curator node behind us: kazoo would not see it, so neither may we
+    with pytest.raises(LockError) as err:
+        kazoo.ahead("/p", listing + [f"{CURATOR_ID}lock-0000000009"], -3)
+    msg = str(err.value)
+    assert "Curator InterProcessMutex" in msg and "protocol='curator'" in msg and "/p" in msg
+    with pytest.raises(LockError, match="kazoo ReadLock .*protocol='kazoo'"):
+        get(ZKRECIPES, "lock").ahead("/p", ["h-W-0000000001", f"{KAZOO_ID}__rlock__0000000002"], 1)
+    with pytest.raises(LockError, match="'lease_holder' is not a lock node"):
+        get(ZKRECIPES, "lock").ahead("/p", ["h-W-0000000001", "lease_holder"], 1)
+    with pytest.raises(LockError, match="zkrecipes node .*same protocol="):
+        get(CURATOR, "lock").ahead("/p", [f"{CURATOR_ID}lock-0000000001", "h-W-0000000002"], 1)
+
+
+def test_the_default_fast_path_agrees_with_the_full_parse():
+    proto = get(ZKRECIPES, "lock")
+    names = [f"h-{'RW'[i % 2]}-{i:010d}" for i in range(1, 50)] + ["x-y-R--2147483648"]  # half the ring away: behind
+    ahead, seen = proto.ahead("/p", names, 30)
+    assert seen and [n.sequence for n in ahead] == list(range(1, 30))
+    assert [n.kind for n in ahead] == ["RW"[i % 2] for i in range(1, 30)]
+
+
+def test_enqueue_refuses_a_foreign_listing_and_deletes_our_node():
+    sid = 0x99
+    from kazoo.protocol.states import ZnodeStat
+
+    stat = ZnodeStat(5, 5, 0, 0, 0, 0, 0, sid, 0, 0, 5)
+    gen = p.acquire("/p", [], "h-W-", b"{}", "g", predecessor)
+    gen.send(None)
+    assert gen.send((("/p/h-W-0000000002", stat), [f"{KAZOO_ID}__lock__0000000001", "h-W-0000000002"])) is p.SESSION
+    assert gen.send(sid) == p.Delete("/p/h-W-0000000002", sid)
+    with pytest.raises(LockError, match="kazoo Lock"):
+        gen.send(True)
+
+
+def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
+    from kazoo.protocol.states import ZnodeStat
+
+    sid = 0x99
+    stat = ZnodeStat(5, 5, 0, 0, 0, 0, 0, sid, 0, 0, 5)
+    gen = p.acquire("/p", [], "h-W-", b"{}", "g", predecessor)
+    gen.send(None)
+    gen.send((("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"]))
+    assert gen.send(sid) is p.SESSION
+    assert gen.send(sid) == p.Watch("/p/h-W-0000000002")
+    assert gen.send(stat) is p.SLEEP
+    assert gen.send(True) == p.Read("children", "/p")
+    assert gen.send(["h-W-0000000001", "h-W-0000000003", f"{CURATOR_ID}lock-0000000004"]) == p.Delete(
+        "/p/h-W-0000000003", sid)
+    with pytest.raises(LockError, match="Curator InterProcessMutex"):
+        gen.send(True)
+
+
+def test_protocol_is_checked_before_any_zookeeper_call():
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts="127.0.0.1:1")
+    with pytest.raises(ValueError, match="'zookeeper'"):
+        FairLock(client, "/p", protocol="zookeeper")
+    with pytest.raises(TypeError, match="None"):
+        ReadWriteLock(client, "/p", protocol=None)  # type: ignore[arg-type]
+    from zkrecipes import ExclusiveLock
+
+    with pytest.raises(ValueError, match="ExclusiveLock has no protocol='kazoo'"):
+        ExclusiveLock(client, "/p", protocol="kazoo")
+    assert LeaderElection(client, "/p", protocol="curator").protocol == "curator"
+    client.close()
+
+
+def test_sort_any_keeps_every_format_in_one_wrap_aware_order():
+    names = ["h-W--2147483648", f"{KAZOO_ID}__lock__2147483647", f"{CURATOR_ID}lock-2147483646", "lease"]
+    got = [(protocols.label(f), n.sequence) for f, n in protocols.sort_any(names)]
+    assert got == [("curator", 2147483646), ("kazoo", 2147483647), ("zkrecipes", -2147483648)]
+    assert protocols.own("h-W-0000000001") == QueueNode("h-W-0000000001", "h", "W", 1)
+    assert protocols.own(f"{KAZOO_ID}__lock__0000000001") is None
+
+
+def test_a_new_key_in_kazoo_format_gets_persistent_parents():
+    from kazoo.exceptions import NoNodeError
+
+    for name, container in ((KAZOO, False), (CURATOR, True), (ZKRECIPES, True)):
+        proto = get(name, "lock")
+        gen = p.acquire("/a/b", [], proto.prefix("h", "W", "g"), b"", "g", predecessor, protocol=proto)
+        gen.send(None)
+        assert gen.send((NoNodeError(), NoNodeError())) == p.MakeParents("/a/b", [], container)
+        gen.close()

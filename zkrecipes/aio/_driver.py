@@ -1,0 +1,423 @@
+"""The asyncio driver: runs the same :mod:`~zkrecipes._protocol` generators as the blocking driver.
+
+kazoo keeps its own threads (the default threading handler); its replies and watch notifications are
+handed to the event loop with ``loop.call_soon_threadsafe`` and complete plain futures that the
+acquiring task awaits. No thread per waiting task: a waiter is one suspended coroutine. The deadline
+and :meth:`AioDriver.interrupt` (``cancel()``) fail the future being awaited; a task cancel lands as
+``CancelledError`` and is thrown into the protocol like any other exit, which then deletes its node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple, Type
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, SessionExpiredError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from .. import _drive, _kazoo, naming, retry
+from .._protocol import (
+    PAUSE,
+    SESSION,
+    SLEEP,
+    STALE,
+    UNWATCH,
+    DeadlinePassed,
+    Delete,
+    MakeParents,
+    Proto,
+    Read,
+    Send,
+    T,
+    Watch,
+)
+from ..naming import Contender
+from ..session import SessionWatcher
+
+log = logging.getLogger("zkrecipes.aio")
+
+
+def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` on ``loop``'s thread: now if we are on it, else via ``call_soon_threadsafe``."""
+    if _loop_of_thread() is loop:
+        fn(*args)
+        return
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        pass
+
+
+def _loop_of_thread() -> Optional[asyncio.AbstractEventLoop]:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _settle(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+def bridge(loop: asyncio.AbstractEventLoop, ar: _kazoo.AsyncResult) -> "asyncio.Future[None]":
+    """A future of ``loop`` that completes (with None) once kazoo's async result ``ar`` is ready."""
+    fut: "asyncio.Future[None]" = loop.create_future()
+    ar.rawlink(lambda _ar: call_soon(loop, _settle, fut))  # kazoo's completion thread
+    return fut
+
+
+async def result(ar: _kazoo.AsyncResult) -> Any:
+    """Await a kazoo async result on the running loop: its value, or its error raised."""
+    if not ar.ready():
+        await bridge(asyncio.get_running_loop(), ar)
+    return ar.get(block=False)
+
+
+def _outcome(ar: _kazoo.AsyncResult) -> Any:
+    try:
+        return ar.get(block=False)
+    except Exception as exc:
+        return exc
+
+
+class AioDriver:
+    """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries, on a loop."""
+
+    def __init__(
+        self, client: KazooClient, deadline: Optional[float], policy: Optional[tenacity.Retrying], nowait: bool = False
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.client = client
+        self.deadline = deadline
+        self.policy = policy
+        self.nowait = nowait
+        self._stop: Optional[Type[BaseException]] = None  # Cancelled / DeadlinePassed once interrupted
+        self._waiter: Optional["asyncio.Future[Any]"] = None  # the future this acquire awaits now
+        self._wakeable = False  # the waiter is a sleep (a wake-up ends it), not a request's reply
+        self._woken = False
+        self._deleted: Set[str] = set()
+        self._deleted_at: Optional[float] = None
+        self._since = time.monotonic()
+        self._watched: Set[str] = set()  # paths our data watches are on
+        self._session: Optional[SessionWatcher] = None
+        self._timer: Optional[asyncio.TimerHandle] = None
+        if deadline is not None:
+            self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self.interrupt, DeadlinePassed)
+        self._ops: Dict[type, Callable[[Any], Any]] = {
+            Send: self._send,
+            Read: self._read,
+            MakeParents: self._make_parents,
+            Watch: self._watch,
+            Delete: self._delete,
+        }
+
+    async def run(self, proto: Proto[T]) -> T:
+        """Drive ``proto`` to its end: its return value, or its exception (after its cleanup ran)."""
+        send: Any = None
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                try:
+                    op = proto.throw(error) if error is not None else proto.send(send)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                send, error = None, None
+                try:
+                    send = await self._do(op)
+                except BaseException as exc:  # deadline, cancel, CancelledError too: the protocol cleans up
+                    error = exc
+        finally:
+            self.close()
+
+    async def _do(self, op: Any) -> Any:
+        handler = self._ops.get(type(op))
+        if handler is not None:
+            return await handler(op)
+        if op is SESSION:
+            return _kazoo.session_id(self.client)
+        if op is SLEEP:
+            return await self._sleep_for_deletion()
+        if op is STALE:
+            return self._stale()
+        if op is PAUSE:
+            self.check()
+            fut = self.loop.create_future()
+            self.loop.call_later(0.05, _settle, fut)
+            if not self._woken:
+                await self._await(fut, wakeable=True)
+            self._woken = False
+            return None
+        if op is UNWATCH:
+            self.unwatch()
+            return None
+        raise TypeError(f"unknown protocol request {op!r}")
+
+    # -- interrupting and waiting ----------------------------------------------------------------
+    def interrupt(self, why: Type[BaseException]) -> None:
+        """Stop this acquire (loop thread): the future it awaits fails with ``why()``, and so does every
+        later wait; cleanup (deletes) still runs."""
+        if self._stop is None:
+            self._stop = why
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_exception(why())
+
+    def check(self) -> None:
+        if self._stop is not None:
+            raise self._stop()
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise DeadlinePassed()
+
+    async def _await(self, fut: "asyncio.Future[Any]", wakeable: bool = False) -> Any:
+        """Await ``fut``; the deadline and interrupts fail it, wake-ups end it only if ``wakeable`` (a
+        reply's future must wait for its reply: a watch of ours may fire while another request is out)."""
+        self.check()
+        self._waiter, self._wakeable = fut, wakeable
+        try:
+            return await fut
+        finally:
+            self._waiter, self._wakeable = None, False
+
+    def _wake(self, event: Optional[WatchedEvent] = None) -> None:  # loop thread
+        if event is not None and event.type == EventType.DELETED:
+            self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
+            self._deleted_at = time.monotonic()
+        self._woken = True
+        w = self._waiter
+        if w is not None and self._wakeable and not w.done():
+            w.set_result(None)
+
+    def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only hand over
+        call_soon(self.loop, self._wake, event)
+
+    def _on_session(self, event: str) -> None:  # the session dispatcher thread
+        call_soon(self.loop, self._wake)
+
+    async def _sleep_for_deletion(self) -> FrozenSet[str]:
+        """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
+        if self._watched & self._deleted:
+            self.check()
+            self._woken = False  # told already: the wake-up is used up
+        else:
+            await self._sleep()
+        gone = frozenset(self._watched & self._deleted)
+        self._watched -= gone  # a fired watch is gone from the server and from kazoo's registry
+        return gone
+
+    async def _sleep(self) -> None:
+        self.check()
+        if self.nowait:
+            raise DeadlinePassed()
+        if not self._woken:
+            await self._await(self.loop.create_future(), wakeable=True)
+        self._woken = False
+        self.check()
+
+    def _stale(self) -> bool:
+        """As the blocking driver: a grant after the process stood still, or on old news, must be confirmed."""
+        s = self._session
+        if s is None:
+            return False
+        return s.stalled_since(self._since) or (
+            self._deleted_at is not None and time.monotonic() - self._deleted_at > s.stall_limit
+        )
+
+    # -- the requests ----------------------------------------------------------------------------
+    async def _send(self, op: Send) -> Tuple[Any, Any]:
+        self.check()
+        create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
+        try:
+            last = create if listing is None else listing  # replies come in order: the listing is last
+            if not last.ready():
+                await self._await(bridge(self.loop, last))
+            if not create.ready():
+                await self._await(bridge(self.loop, create))
+        except BaseException:
+            made = _outcome(create) if create.ready() else None
+            if made is None:
+                create.rawlink(_drive._delete_if_created(self.client))  # abandoned mid-flight: delete it if made
+            elif not isinstance(made, BaseException):  # made, and its reply is here: delete it before we go
+                path, stat = made
+                chroot = self.client.chroot
+                await delete(self.client, path[len(chroot):] if chroot else path, stat.ephemeralOwner, self.policy)
+            raise
+        return _outcome(create), (None if listing is None else _outcome(listing))
+
+    async def call(self, start: Callable[[], _kazoo.AsyncResult]) -> Any:
+        """Run an idempotent async operation ``start()`` with retries, bounded by the deadline and cancel."""
+
+        async def once() -> Any:
+            ar = start()
+            if not ar.ready():
+                await self._await(bridge(self.loop, ar))
+            return ar.get(block=False)
+
+        try:
+            return await retry.acall(once, deadline=self.deadline, policy=self.policy)
+        except retry.TRANSIENT:
+            self.check()
+            raise
+
+    async def _read(self, op: Read) -> Any:
+        c = self.client
+        start = {
+            "children": lambda: c.get_children_async(op.path),
+            "get": lambda: c.get_async(op.path),
+            "exists": lambda: c.exists_async(op.path),
+            "sync": lambda: c.sync_async(op.path),
+        }[op.kind]
+        return await self.call(start)
+
+    async def _make_parents(self, op: MakeParents) -> None:
+        steps = _drive.parent_steps(self.client, op.path, op.acl, op.container)
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            try:
+                start = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration:
+                return
+            try:
+                value, error = await self.call(start), None
+            except BaseException as exc:
+                value, error = None, exc
+
+    async def _watch(self, op: Watch) -> Any:
+        """Set a data watch, our only one unless ``op.keep`` (a ``get``: on a missing node it leaves no
+        watch to remove)."""
+        if not op.keep:
+            self.unwatch()
+            self._woken = False  # (not with keep: a watch set just before may have fired already)
+        if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
+            self._session = SessionWatcher.of(self.client)
+            self._session.subscribe(self._on_session)
+            self._since = time.monotonic()
+        sent: List[_kazoo.AsyncResult] = []
+
+        def start() -> _kazoo.AsyncResult:
+            sent.append(self.client.get_async(op.path, watch=self._on_watch))
+            return sent[-1]
+
+        try:
+            _, stat = await self.call(start)
+        except NoNodeError:
+            return None
+        except BaseException:
+            if sent:
+                await self._forget_watch(op.path, sent[-1])
+            raise
+        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
+        self._watched.add(op.path)
+        return stat
+
+    async def _forget_watch(self, path: str, ar: _kazoo.AsyncResult) -> None:
+        """A watch request abandoned in flight (cancel, deadline): wait for its reply (one round trip, or
+        the connection's loss), then drop the watch it set, so that the acquire leaves none behind. kazoo
+        registers the watch just after it completes the reply, hence the short wait for it to appear."""
+        cancelled = False
+        fut = bridge(self.loop, ar)
+        while not fut.done():
+            try:
+                await asyncio.shield(fut)
+            except asyncio.CancelledError:
+                cancelled = True  # cancelled again: finish cleaning up first
+        if _outcome(ar) is not None and not isinstance(_outcome(ar), BaseException):
+            for _ in range(100):
+                if self._on_watch in _kazoo.data_watchers(self.client, path):
+                    _kazoo.remove_data_watch(self.client, path, self._on_watch)
+                    break
+                await asyncio.sleep(0.001)
+        if cancelled:
+            raise asyncio.CancelledError()
+
+    async def _delete(self, op: Delete) -> bool:
+        return await delete(self.client, op.path, op.session, self.policy)
+
+    def unwatch(self) -> None:
+        for path in self._watched:
+            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+        self._watched.clear()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.unwatch()
+        if self._session is not None:
+            self._session.unsubscribe(self._on_session)
+            self._session = None
+
+
+class _SessionGone(Exception):
+    """The session that owned a node has ended."""
+
+
+async def delete(
+    client: KazooClient,
+    path: str,
+    session: Optional[int] = None,
+    policy: Optional[tenacity.Retrying] = None,
+    timeout: float = 30.0,
+    gone: Optional[Callable[[], bool]] = None,
+) -> bool:
+    """:func:`zkrecipes._drive.delete` on the loop: delete our node unless its session is gone (then
+    False). The request is sent before the first await, so a cancel of the awaiting task still deletes."""
+    deadline = time.monotonic() + timeout
+    loop = asyncio.get_running_loop()
+
+    async def attempt() -> None:
+        sid = _kazoo.session_id(client)
+        if session is not None and sid not in (None, session):
+            raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
+        ar = client.delete_async(path)  # queued by kazoo until reconnected; dropped if the session ends
+        if not ar.ready():
+            fut = bridge(loop, ar)
+
+            def poll() -> None:  # without a connection: give up once the session is known gone
+                if fut.done():
+                    return
+                if gone is not None and gone():
+                    fut.set_exception(_SessionGone())
+                elif time.monotonic() >= deadline:
+                    fut.set_exception(asyncio.TimeoutError(f"delete of {path} took longer than {timeout} s"))
+                else:
+                    timer[0] = loop.call_later(0.2, poll)
+
+            timer = [loop.call_later(0.2, poll)]
+            try:
+                await fut
+            finally:
+                timer[0].cancel()
+        ar.get(block=False)
+
+    try:
+        await retry.acall(attempt, deadline=deadline, policy=policy)
+    except NoNodeError:
+        pass
+    except (SessionExpiredError, _SessionGone):
+        return False
+    except Exception:
+        log.exception("could not delete %s; it goes when the session ends", path)
+    return True
+
+
+async def contenders(client: KazooClient, path: str) -> List[Contender]:
+    """:func:`zkrecipes._drive.contenders` on the loop: every node of the queue in order, with its data."""
+    try:
+        nodes = naming.sort_queue(await result(client.get_children_async(path)))
+    except NoNodeError:
+        return []
+    pending = [client.get_async(f"{path}/{n.name}") for n in nodes]  # pipelined
+    out = []
+    for n, ar in zip(nodes, pending):
+        try:
+            data, _ = await result(ar)
+        except NoNodeError:
+            continue
+        out.append(naming.contender(n, data))
+    return out

@@ -1,0 +1,430 @@
+"""The asyncio locks: the threaded recipes' declarations (kind, wait-rule, protocol) on the asyncio driver.
+
+Each asyncio lock wraps its threaded recipe object as its *core*: the core validates the constructor's
+arguments (before any ZooKeeper call), declares the node kind and the wait-rule, builds the protocol
+generator, and makes and verifies holds. Only the waiting, the local gate's wait and the reporting are
+asyncio here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Optional, Set, Type
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, SessionExpiredError
+
+from .. import _gate, naming
+from .. import exclusive as _exclusive
+from .. import fair as _fair
+from .. import rwlock as _rwlock
+from .._gate import Entered, Gate
+from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, LockState
+from .._lock import Lock as _CoreLock
+from .._participant import Participant
+from .._protocol import Cancelled, DeadlinePassed, owns
+from ..errors import LockCancelled, LockError, LockLost, LockTimeout
+from ..naming import Contender
+from ..session import HELD, LOST, SUSPENDED, Hold
+from . import _driver
+from ._driver import AioDriver, call_soon
+from ._gate import enter
+
+if TYPE_CHECKING:
+    from .transaction import HeldTransaction
+
+log = logging.getLogger("zkrecipes.aio")
+
+Listener = Callable[[Any, str], None]
+
+
+def _joinable(hold: Optional[Hold]) -> bool:
+    return hold is not None and hold.state == HELD
+
+
+def _task() -> "asyncio.Task[Any]":
+    task = asyncio.current_task()
+    if task is None:
+        raise LockError("zkrecipes.aio locks are owned by asyncio tasks: call from within a task")
+    return task
+
+
+class Reporter:
+    """States, listeners (called on the event loop's thread) and the ``lost`` event of one object."""
+
+    def __init__(self, core: Participant) -> None:
+        self._core = core
+        self.client: KazooClient = core.client
+        self.path: str = core.path
+        self.lost = asyncio.Event()
+        self._state: str = IDLE
+        self._listeners: List[Listener] = []
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+
+    def _bind(self) -> asyncio.AbstractEventLoop:
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop and not self._loop.is_closed():
+            raise LockError(f"{self.path}: this object is in use on another event loop")
+        self._loop = loop
+        return loop
+
+    def _set_state(self, state: str) -> None:
+        if self._state == state:
+            return
+        self._state = state
+        for fn in list(self._listeners):
+            try:
+                fn(self, state)
+            except Exception:
+                log.exception("listener %r of %s failed", fn, self.path)
+
+    def add_listener(self, fn: Listener) -> None:
+        """Call ``fn(self, state)`` on every state change, on the event loop's thread (keep it short)."""
+        if not callable(fn):
+            raise TypeError(f"listener must be callable, got {fn!r}")
+        self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        """Stop calling ``fn``; unknown functions are ignored."""
+        if fn in self._listeners:
+            self._listeners.remove(fn)
+
+    async def _check_hold(self, hold: Hold, what: str) -> None:
+        """Participant's certainty check, with the confirming read awaited instead of blocking."""
+        where = f"{self.path}: {what} ({hold.node})"
+        if hold.stale():
+            asked = time.monotonic()
+            try:
+                ok = owns(await _driver.result(self.client.exists_async(hold.node)), hold.session)
+            except (NoNodeError, SessionExpiredError):
+                ok = False
+            except Exception as exc:
+                raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed ({exc})") from exc
+            hold.confirmed(ok, asked)
+            if not ok and hold.state != LOST:
+                raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
+        if hold.state == LOST:
+            raise LockLost(f"{where} is lost: the session ended")
+        if hold.state == SUSPENDED and not self._core.tolerate_suspended:
+            raise LockLost(f"{where} is uncertain: connection suspended")
+
+    async def _delete_held(self, hold: Hold) -> None:
+        """Participant's release of a hold, awaited: delete the node unless the hold is lost; a session
+        found gone marks the hold lost (its owner is told even this late)."""
+        try:
+            if hold.state != LOST and not await _driver.delete(
+                self.client, hold.node, hold.session, self._core.retry, gone=lambda: hold.state == LOST
+            ):
+                hold.mark_lost()
+        finally:
+            hold.close()
+
+    async def contenders(self) -> List[Contender]:
+        """Every holder and waiter in queue order (``[]`` if the path does not exist); connection errors
+        are raised, not hidden."""
+        return await _driver.contenders(self.client, self.path)
+
+
+class Lock(Reporter):
+    """Base of the asyncio locks; see :class:`FairLock` for the documented API."""
+
+    _core_class: Type[_CoreLock] = _fair.FairLock
+
+    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
+        self._wrap(self._core_class(client, path, identifier, **kwargs))
+
+    def _wrap(self, core: _CoreLock) -> None:
+        super().__init__(core)
+        self._lock_core = core
+        self._kind = core._kind
+        self._setup_gate()
+        self._cancelled = False
+        self._drivers: Set[AioDriver] = set()
+        self._attached: Dict[Hold, Callable[[str], None]] = {}  # the holds this object reports on
+
+    def _setup_gate(self) -> None:
+        # tasks get their own gates (and so their own node), apart from the threads of this process
+        self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._lock_core._family)
+
+    # -- acquire / release ---------------------------------------------------------------------------
+    async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        """Acquire the lock for the calling task; True once held.
+
+        False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is called;
+        then no node and no watch is left. Cancelling the task raises CancelledError in it and deletes
+        its node, also when the cancel lands while the create is in flight. Reentrant per task.
+        """
+        if not isinstance(blocking, bool):
+            raise TypeError(f"blocking must be a bool, got {blocking!r}")
+        timeout = naming.validate_timeout(timeout)
+        if not blocking and timeout is not None:
+            raise ValueError("can't specify a timeout for a non-blocking call")
+        if timeout == 0:
+            blocking, timeout = False, None
+        me = _task()
+        self._bind()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self._cancelled = False
+        if self._kind == naming.READ:
+            await self._look_for_writers(me, deadline)
+        entered = await enter(self._gate, me, self._kind, blocking, deadline, lambda: self._cancelled, _joinable)
+        if entered is Entered.HAVE:
+            self._attach(self._gate.hold)
+            return True
+        if entered is None:
+            return False
+        return await self._acquire_zk(me, blocking, deadline)
+
+    async def _look_for_writers(self, me: object, deadline: Optional[float]) -> None:
+        """As the threaded ReadLock: before a task joins our read hold, is a writer queued behind our
+        node? Then later tasks queue behind it instead (no writer starvation)."""
+        g = self._gate
+        with g.cond:
+            hold = g.hold
+            if hold is None or g.mode != naming.READ or g.writer_behind is hold or me in g.counts:
+                return
+        mine = naming.parse(hold.node.rsplit("/", 1)[1])
+        limit = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            names = await asyncio.wait_for(_driver.result(self.client.get_children_async(self.path)), limit)
+        except Exception:
+            return  # not known: the hold's own state decides (a suspended hold is not joined)
+        if mine is None:
+            return
+        behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
+        if any(n.kind == naming.WRITE for n in behind):
+            with g.cond:
+                if g.hold is hold:
+                    g.writer_behind = hold
+
+    async def _acquire_zk(self, me: object, blocking: bool, deadline: Optional[float]) -> bool:
+        self.lost.clear()
+        self._set_state(WAITING)
+        ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
+        driver = AioDriver(self.client, ops_deadline, self._core.retry, nowait=not blocking)
+        self._drivers.add(driver)
+        hold = None
+        try:
+            entry = await driver.run(self._lock_core._protocol())
+            hold = self._core._make_hold(entry, pin=self._gate)  # a held lock's gate outlives its objects
+        except (DeadlinePassed, Cancelled):
+            pass
+        finally:
+            self._drivers.discard(driver)
+            self._gate.granted(me, self._kind, hold)
+            if hold is None:
+                self._set_state(IDLE)
+        if hold is None:
+            return False
+        self._attach(hold)
+        return True
+
+    async def release(self) -> None:
+        """Release one level of the calling task's hold; the last release deletes our node.
+
+        Raises LockError if the calling task does not hold the lock. A lost hold is only forgotten
+        locally (its node may be someone else's); without a connection it waits for one at most until
+        the hold is declared lost."""
+        left = self._gate.leave(_task(), self._kind)
+        if not left.last:
+            for obj in left.downgraded:
+                obj._detach(left.hold)
+            return
+        try:
+            await self._delete_held(left.hold)
+        finally:
+            self._gate.released()
+            for obj in left.objects:
+                obj._detach(left.hold)
+
+    def cancel(self) -> None:
+        """Make pending acquires of this object return False (``async with``/``hold()`` raise
+        :class:`~zkrecipes.LockCancelled`); their nodes are deleted. Callable from any thread."""
+        loop = self._loop
+        if loop is not None:
+            call_soon(loop, self._cancel_now)
+
+    def _cancel_now(self) -> None:
+        self._cancelled = True
+        for d in list(self._drivers):
+            d.interrupt(Cancelled)
+        self._gate.wake_all()
+
+    # -- context managers ----------------------------------------------------------------------------
+    async def __aenter__(self) -> "Lock":
+        await self._acquire_or_raise(None)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, timeout: Optional[float] = None) -> AsyncIterator["Lock"]:
+        """``async with lock.hold(timeout=5):`` -- raises :class:`~zkrecipes.LockTimeout` after ``timeout``."""
+        await self._acquire_or_raise(naming.validate_timeout(timeout))
+        try:
+            yield self
+        finally:
+            await self.release()
+
+    async def _acquire_or_raise(self, timeout: Optional[float]) -> None:
+        if not await self.acquire(timeout=timeout):
+            if self._cancelled:
+                raise LockCancelled(f"acquire of {self.path} was cancelled")
+            raise LockTimeout(f"could not acquire {self.path} within {timeout} s")
+
+    # -- state ---------------------------------------------------------------------------------------
+    def _attach(self, hold: Hold) -> None:
+        with self._gate.cond:
+            if self in self._gate.objects:
+                return
+            self._gate.objects.add(self)
+        listener = self._attached[hold] = functools.partial(self._told, hold)
+        hold.add_listener(listener)
+        self._on_hold(hold, hold.state)
+
+    def _told(self, hold: Hold, state: str) -> None:  # the session thread, or the loop (mark_lost)
+        loop = self._loop
+        if loop is not None:
+            call_soon(loop, self._on_hold, hold, state)
+
+    def _detach(self, hold: Hold) -> None:
+        listener = self._attached.pop(hold, None)
+        if listener is not None:
+            hold.remove_listener(listener)
+        self._set_state(IDLE)
+
+    def _on_hold(self, hold: Hold, state: str) -> None:  # the loop
+        if hold not in self._attached:
+            return  # detached meanwhile: old news (a loss found while releasing is still told)
+        if state == LOST:
+            self.lost.set()
+        self._set_state(state)
+
+    @property
+    def state(self) -> LockState:
+        """``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
+        return self._state  # type: ignore[return-value]
+
+    def _my_hold(self) -> Optional[Hold]:
+        task = asyncio.current_task() if _driver._loop_of_thread() is not None else None
+        hold: Optional[Hold] = None if task is None else self._gate.held_by(task, self._kind)
+        return hold
+
+    @property
+    def is_held(self) -> bool:
+        """True only in a task that holds the lock while the hold is certain (not suspended or lost, and
+        confirmed since the process last stood still)."""
+        hold = self._my_hold()
+        return hold is not None and hold.state == HELD and not hold.stale()
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token (the czxid of our node) while held, else None."""
+        hold = self._gate.hold
+        return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of our node while held, else None."""
+        hold = self._gate.hold
+        return hold.node if hold is not None and self in self._gate.objects else None
+
+    async def check(self) -> None:
+        """Return if the calling task's hold is certain; raise :class:`~zkrecipes.LockLost` if it is lost
+        or (unless ``tolerate_suspended``) suspended, LockError if this task does not hold it. After
+        the process stood still it first asks ZooKeeper (awaited) whether our node is still ours."""
+        hold = self._my_hold()
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling task")
+        await self._check_hold(hold, "hold")
+
+    def transaction(self) -> "HeldTransaction":
+        """A kazoo transaction that commits only while the calling task's hold lives:
+        ``await tx.commit()`` (see :class:`zkrecipes.aio.HeldTransaction`). LockError if this task does
+        not hold the lock."""
+        from .transaction import HeldTransaction
+
+        hold = self._my_hold()
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling task")
+        return HeldTransaction(self, hold)
+
+    def __repr__(self) -> str:
+        return f"<aio.{type(self).__name__} {self.path!r} state={self._state}>"
+
+
+class FairLock(Lock):
+    """A fair (FIFO) distributed mutex for asyncio: ``async with aio.FairLock(zk, "/locks/x"):``.
+
+    The same queue, nodes, guarantees, session-loss states and fencing token as
+    :class:`zkrecipes.FairLock`, and interoperable with it across processes; holds are owned by asyncio
+    tasks (reentrant per task; ``release()`` from another task raises LockError) and the tasks of one
+    process share one node per path. Listeners are called on the event loop's thread; ``lost`` is an
+    ``asyncio.Event``.
+    """
+
+    _core_class = _fair.FairLock
+
+
+class ExclusiveLock(Lock):
+    """:class:`zkrecipes.ExclusiveLock` for asyncio (one ``lock`` node; not fair, herd on release)."""
+
+    _core_class = _exclusive.ExclusiveLock
+
+    async def contenders(self) -> List[Contender]:
+        """The holder alone: ``[]`` or ``[Contender]``."""
+        try:
+            data, stat = await _driver.result(self.client.get_async(f"{self.path}/{_exclusive.NODE}"))
+        except NoNodeError:
+            return []
+        node = naming.QueueNode(_exclusive.NODE, naming.read_data(data).get("host") or "", naming.WRITE, stat.czxid)
+        return [naming.contender(node, data)]
+
+
+class ReadLock(Lock):
+    """The read side of an :class:`aio.ReadWriteLock <ReadWriteLock>`."""
+
+    _core_class = _rwlock.ReadLock
+
+
+class WriteLock(Lock):
+    """The write side of an :class:`aio.ReadWriteLock <ReadWriteLock>` (a FairLock on the same queue)."""
+
+    _core_class = _rwlock.WriteLock
+
+
+class ReadWriteLock:
+    """:class:`zkrecipes.ReadWriteLock` for asyncio: ``async with rw.read():`` / ``async with rw.write():``.
+
+    Readers share; a writer holds alone; a queued writer blocks readers that come after it. Tasks of one
+    process share one read node (not once a writer is queued behind it). Downgrade: a task holding
+    ``write()`` may take ``read()`` and then release the write side.
+    """
+
+    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
+        self._read = ReadLock(client, path, identifier, **kwargs)
+        self._write = WriteLock(client, path, identifier, **kwargs)
+        self.path = self._read.path
+
+    def read(self) -> ReadLock:
+        """The shared (read) side; the same object on every call."""
+        return self._read
+
+    def write(self) -> WriteLock:
+        """The exclusive (write) side; the same object on every call."""
+        return self._write
+
+    async def contenders(self) -> List[Contender]:
+        """Every reader and writer in queue order."""
+        return await self._read.contenders()
+
+    def __repr__(self) -> str:
+        return f"<aio.ReadWriteLock {self.path!r} read={self._read.state} write={self._write.state}>"
+
