@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo unit test lint docs bench safety clean
+.PHONY: setup demo unit test test-docker lint docs bench safety clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -21,7 +21,7 @@ TYPED := zkrecipes zkrecipes._drive zkrecipes._protocol zkrecipes._kazoo zkrecip
 	zkrecipes.session zkrecipes.naming zkrecipes.retry zkrecipes.errors zkrecipes._connect zkrecipes.protocols \
 	zkrecipes.semaphore zkrecipes.transaction zkrecipes.cli zkrecipes.demo \
 	zkrecipes.aio zkrecipes.aio._driver zkrecipes.aio._gate zkrecipes.aio._lock zkrecipes.aio.election \
-	zkrecipes.aio.semaphore zkrecipes.aio.transaction
+	zkrecipes.aio.semaphore zkrecipes.aio.transaction zkrecipes.testing.external
 
 # the kazoo seam is also tested on the oldest kazoo that setup.cfg allows
 KAZOO_OLDEST := 2.9.0
@@ -39,6 +39,10 @@ test: setup $(OLDEST_KAZOO_DIR)
 		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
 	$(MAKE) --no-print-directory docs
+
+# the suite against docker/docker-compose.yml's 3 containers (installs Docker, starts and stops its own engine)
+test-docker: setup
+	@bash scripts/test-docker.sh
 
 docs: setup
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html

@@ -41,8 +41,8 @@ def targets(result: dict) -> list:
             "target": f"contended handoff median, FairLock / kazoo Lock at N = {n8}",
             "limit": "<= 0.8",
             "measured": f8["ratio_to_kazoo_lock"],
-            "context": f"FairLock {f8['ratio_to_handoff_floor']:.2f}x and kazoo Lock "
-            f"{k8['ratio_to_handoff_floor']:.2f}x the handoff floor; per-rep FairLock/kazoo "
+            "context": f"FairLock {_f(f8['ratio_to_handoff_floor'])}x and kazoo Lock "
+            f"{_f(k8['ratio_to_handoff_floor'])}x the handoff floor; per-rep FairLock/kazoo "
             + ", ".join(f"{x:.2f}" for x in f8["ratio_to_kazoo_lock_by_rep"] if x is not None),
             "met": f8["ratio_to_kazoo_lock"] is not None and f8["ratio_to_kazoo_lock"] <= 0.8,
         }

@@ -128,11 +128,12 @@ def full_path(client, path: str) -> str:
 
 
 def server_watches(ensemble, word: str = "wchp") -> str:
-    """Concatenated replies of every running server to a watch four-letter word."""
+    """Concatenated replies of every running server to a watch four-letter word (local or ZK_HOSTS servers)."""
     out = []
-    for i, port in enumerate(ensemble.client_ports):
+    for i in range(ensemble.size):
         if ensemble.running(i):
-            out.append(four_letter(port, word))
+            host, _, port = ensemble.host(i).rpartition(":")
+            out.append(four_letter(int(port), word, host=host))
     return "\n".join(out)
 
 

@@ -1,14 +1,19 @@
-"""docker/docker-compose.yml: well-formed per the Compose Specification, and the ensemble users rely on.
+"""docker/: the compose file is well-formed per the Compose Specification and is the ensemble users rely
+on, and docker/Dockerfile's entrypoint turns the official image's variables into the server's settings.
 
 docker/README.md tells users to run ``docker compose -f docker/docker-compose.yml up -d`` and then
-``ZK_HOSTS=127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183 make test``. No Docker engine runs these tests;
-they check the file itself.
+``ZK_HOSTS=127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183 make test``; ``make test-docker`` does it all.
+No Docker engine runs these tests: they check the files, and run the entrypoint script on this machine
+(with a stand-in ``java`` that records how it was called).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import jsonschema
@@ -17,6 +22,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 COMPOSE_FILE = REPO / "docker" / "docker-compose.yml"
+ENTRYPOINT = REPO / "docker" / "docker-entrypoint.sh"
+DOCKERFILE = REPO / "docker" / "Dockerfile"
 DOCKER_README = REPO / "docker" / "README.md"
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "compose-spec.json"
 
@@ -83,14 +90,119 @@ def test_no_obsolete_version_key(compose):
     assert "version" not in compose, "the top-level 'version' key is obsolete in the Compose Specification"
 
 
-def test_three_zookeeper_services_on_a_pinned_official_image(compose):
+def test_three_zookeeper_services_on_a_pinned_official_image_unless_zk_image_says(compose):
     services = compose["services"]
     assert set(services) == SERVICES
     for name, service in services.items():
         image = service.get("image", "")
-        assert re.fullmatch(r"(?:docker\.io/)?(?:library/)?zookeeper:3\.[89](?:\.\d+)?", image), (
-            f"{name}: image {image!r} is not the official zookeeper image pinned to 3.8 or 3.9"
+        m = re.fullmatch(r"\$\{ZK_IMAGE:-([^}]+)\}", image)
+        assert m, f"{name}: image {image!r} is not picked by ZK_IMAGE (${{ZK_IMAGE:-zookeeper:3.9.4}})"
+        assert re.fullmatch(r"(?:docker\.io/)?(?:library/)?zookeeper:3\.[89](?:\.\d+)?", m.group(1)), (
+            f"{name}: default image {m.group(1)!r} is not the official zookeeper image pinned to 3.8 or 3.9"
         )
+
+
+def test_no_restart_policy(compose):
+    # a server the kit stops or kills (DockerEnsemble) must stay down until the kit starts it again
+    for name, service in compose["services"].items():
+        assert service.get("restart", "no") == "no", f"{name}: restart={service['restart']!r}"
+
+
+def test_every_server_has_a_quorum_health_check(compose):
+    # make test-docker waits for these before running the suite
+    for name, service in compose["services"].items():
+        test = (service.get("healthcheck") or {}).get("test")
+        assert test and "srvr" in " ".join(test) and "leader|follower" in " ".join(test), f"{name}: {test!r}"
+
+
+def test_server_settings_the_suite_needs(compose):
+    """The suite's server-dependent tests run against these containers instead of skipping: short session
+    timeouts are granted and empty container nodes (lock parents) are reaped within a second."""
+    for name, service in compose["services"].items():
+        env = environment(service)
+        extra = dict(entry.split("=", 1) for entry in env.get("ZOO_CFG_EXTRA", "").split())
+        assert int(extra.get("minSessionTimeout", 2 * int(env["ZOO_TICK_TIME"]))) <= 2000, name
+        assert int(extra.get("maxSessionTimeout", 20 * int(env["ZOO_TICK_TIME"]))) >= 10000, name
+        m = re.search(r"-Dznode\.container\.checkIntervalMs=(\d+)", env.get("JVMFLAGS", ""))
+        assert m and int(m.group(1)) <= 1000, f"{name}: JVMFLAGS={env.get('JVMFLAGS')!r}"
+        # a stopped peer's name must fail to resolve quickly, or the election after a kill waits on it
+        assert {"timeout:1", "attempts:1"} <= set(service.get("dns_opt") or []), f"{name}: dns_opt"
+
+
+# -- docker/Dockerfile and its entrypoint ----------------------------------------------------------------
+
+OFFICIAL_VARIABLES = {
+    "ZOO_MY_ID", "ZOO_SERVERS", "ZOO_TICK_TIME", "ZOO_INIT_LIMIT", "ZOO_SYNC_LIMIT", "ZOO_4LW_COMMANDS_WHITELIST",
+    "ZOO_CFG_EXTRA", "ZOO_STANDALONE_ENABLED", "ZOO_ADMINSERVER_ENABLED", "ZOO_MAX_CLIENT_CNXNS", "JVMFLAGS",
+}
+
+
+def test_compose_sets_only_variables_the_local_image_honours(compose):
+    for name, service in compose["services"].items():
+        unknown = set(environment(service)) - OFFICIAL_VARIABLES
+        assert not unknown, f"{name}: {sorted(unknown)} are not read by docker/docker-entrypoint.sh"
+
+
+def test_dockerfile_builds_from_debian_packages_with_the_entrypoint():
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"apt-get .*install .*zookeeper", text, re.S), "Dockerfile does not install Debian's zookeeper"
+    assert 'ENTRYPOINT ["/docker-entrypoint.sh"]' in text
+    assert 'CMD ["zkServer.sh", "start-foreground"]' in text  # the official image's command
+    assert os.access(ENTRYPOINT, os.X_OK), f"{ENTRYPOINT} is not executable"
+
+
+@pytest.fixture
+def run_entrypoint(tmp_path):
+    """Run docker-entrypoint.sh with the given environment and a stand-in ``java`` that records its
+    arguments; return (zoo.cfg lines, myid, java's arguments)."""
+    if shutil.which("sh") is None:
+        pytest.skip("no /bin/sh")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "java").write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done > "$JAVA_ARGS"\n')
+    (bin_dir / "java").chmod(0o755)
+
+    def run(**env: str):
+        dirs = {k: tmp_path / k.lower() for k in ("ZOO_CONF_DIR", "ZOO_DATA_DIR", "ZOO_DATA_LOG_DIR", "ZOO_LOG_DIR")}
+        for d in dirs.values():
+            d.mkdir(exist_ok=True)
+        defaults = {  # the Dockerfile's ENV
+            "ZOO_TICK_TIME": "2000", "ZOO_INIT_LIMIT": "5", "ZOO_SYNC_LIMIT": "2", "ZOO_AUTOPURGE_PURGEINTERVAL": "0",
+            "ZOO_AUTOPURGE_SNAPRETAINCOUNT": "3", "ZOO_MAX_CLIENT_CNXNS": "60", "ZOO_STANDALONE_ENABLED": "true",
+            "ZOO_ADMINSERVER_ENABLED": "true",
+        }
+        full = {"PATH": f"{bin_dir}:/usr/bin:/bin", "JAVA_ARGS": str(tmp_path / "java.args"),
+                **{k: str(v) for k, v in dirs.items()}, **defaults, **env}
+        subprocess.run([str(ENTRYPOINT), "zkServer.sh", "start-foreground"], env=full, check=True, timeout=30)
+        cfg = (dirs["ZOO_CONF_DIR"] / "zoo.cfg").read_text().splitlines()
+        myid = (dirs["ZOO_DATA_DIR"] / "myid").read_text().strip()
+        return cfg, myid, (tmp_path / "java.args").read_text().splitlines()
+
+    return run
+
+
+def test_entrypoint_turns_the_compose_variables_into_zoo_cfg(compose, run_entrypoint):
+    env = environment(compose["services"]["zk2"])
+    cfg, myid, args = run_entrypoint(**env)
+    assert myid == "2"
+    for line in ("tickTime=200", "initLimit=50", "syncLimit=25", "maxClientCnxns=0", "standaloneEnabled=false",
+                 "admin.enableServer=false", "4lw.commands.whitelist=*", "minSessionTimeout=400",
+                 "maxSessionTimeout=60000", "forceSync=no", "server.1=zk1:2888:3888;2181",
+                 "server.2=zk2:2888:3888;2181", "server.3=zk3:2888:3888;2181"):
+        assert line in cfg, f"{line!r} not in zoo.cfg:\n" + "\n".join(cfg)
+    for flag in env["JVMFLAGS"].split():  # the JVM gets JVMFLAGS and runs the server on that zoo.cfg
+        assert flag in args, f"java was not given {flag}: {args}"
+    assert args[-2] == "org.apache.zookeeper.server.quorum.QuorumPeerMain"
+    assert args[-1].endswith("/zoo_conf_dir/zoo.cfg"), args
+
+
+def test_entrypoint_defaults_are_the_official_images(run_entrypoint):
+    cfg, myid, _ = run_entrypoint()
+    assert myid == "1"
+    for line in ("tickTime=2000", "initLimit=5", "syncLimit=2", "maxClientCnxns=60", "standaloneEnabled=true",
+                 "admin.enableServer=true", "server.1=localhost:2888:3888;2181"):
+        assert line in cfg, f"{line!r} not in zoo.cfg:\n" + "\n".join(cfg)
+    assert not [ln for ln in cfg if ln.startswith("4lw.")]
 
 
 def test_each_publishes_a_distinct_client_port_on_loopback(compose):

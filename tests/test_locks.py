@@ -467,7 +467,7 @@ def test_read_locks_have_tokens_too(zk, zk_factory):
 
 
 # -- container parents and ACLs ---------------------------------------------------------------------
-def test_container_parent_is_reclaimed_and_recreated(zk, make_lock):
+def test_container_parent_is_reclaimed_and_recreated(zk, make_lock, zk_reaps_containers):
     lock = make_lock(zk, "/reclaim/deep/lock")
     for _ in range(2):  # the second round needs the parents back: they were reclaimed in between
         with lock:
@@ -580,7 +580,7 @@ def test_fair_lock_contenders_in_queue_order(zk, zk_factory):
     assert children(zk, "/who") == []
 
 
-def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, make_lock):
+def test_contenders_of_an_unused_or_reaped_lock_is_empty(zk, make_lock, zk_reaps_containers):
     lock = make_lock(zk, "/never/used")
     assert lock.contenders() == []  # the parent was never created
     with lock:

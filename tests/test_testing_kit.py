@@ -167,6 +167,8 @@ def test_partition_cut_and_quick_heal_keeps_the_session(zk_ensemble, zk_factory)
         states = StateLog(client)
         client.create("/eph", b"x", ephemeral=True)
         sid = session_id(client)
+        observer.sync("/")  # the observer may be on another server: it must have seen the node appear
+        assert observer.exists("/eph") is not None
 
         p.cut()
         assert p.is_cut
@@ -190,6 +192,8 @@ def test_partition_cut_past_session_timeout_loses_the_session(zk_ensemble, zk_fa
         states = StateLog(client)
         client.create("/eph", b"x", ephemeral=True)
         sid = session_id(client)
+        observer.sync("/")  # the observer may be on another server: it must have seen the node appear
+        assert observer.exists("/eph") is not None
 
         p.cut()
         states.wait_for(KazooState.SUSPENDED, timeout=5)

@@ -1,6 +1,8 @@
 """Public test kit: real ZooKeeper servers and the faults that matter to lock holders.
 
 - :class:`Ensemble` -- start, stop, kill, pause real ZooKeeper servers on loopback.
+- :class:`ExternalEnsemble` -- servers someone else started (``ZK_HOSTS``): mode, leader, settings;
+  :class:`DockerEnsemble` -- ones in Docker containers, which it stops, kills, pauses and starts.
 - :func:`expire_session` -- end a client's session server-side.
 - :class:`Partition` -- a loopback proxy whose link can be cut and healed.
 - a pytest plugin (``zkrecipes.testing.pytest_plugin``) with the fixtures ``zk_ensemble``,
@@ -10,14 +12,19 @@ Importing this package needs neither pytest nor a running server.
 """
 
 from .ensemble import Ensemble, ZooKeeperNotFound, find_classpath, four_letter, free_ports
+from .external import DockerEnsemble, ExternalEnsemble, ensemble_from_env, server_conf
 from .faults import Partition, expire_session
 
 __all__ = [
+    "DockerEnsemble",
     "Ensemble",
+    "ExternalEnsemble",
     "Partition",
     "ZooKeeperNotFound",
+    "ensemble_from_env",
     "expire_session",
     "find_classpath",
     "four_letter",
     "free_ports",
+    "server_conf",
 ]
