@@ -28,7 +28,7 @@ import re
 import secrets
 import time
 import uuid
-from typing import Callable, Dict, Iterator, Optional, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Union
 
 import pytest
 from kazoo.client import KazooClient
@@ -61,7 +61,7 @@ def zk_ensemble() -> Iterator[AnyEnsemble]:
 
 
 @pytest.fixture
-def zk_local_ensemble(zk_ensemble) -> Iterator[Union[Ensemble, DockerEnsemble]]:
+def zk_local_ensemble(zk_ensemble: AnyEnsemble) -> Iterator[Union[Ensemble, DockerEnsemble]]:
     """An ensemble whose servers the test may kill, stop or pause: the local one, or the Docker one.
 
     Skipped for an external ensemble without ``ZK_DOCKER_CONTAINERS``. After the test every server is
@@ -79,7 +79,7 @@ def zk_local_ensemble(zk_ensemble) -> Iterator[Union[Ensemble, DockerEnsemble]]:
 
 
 @pytest.fixture
-def zk_namespace(request, zk_ensemble) -> Iterator[str]:
+def zk_namespace(request: pytest.FixtureRequest, zk_ensemble: AnyEnsemble) -> Iterator[str]:
     """A fresh chroot path for this test, created before it and deleted (recursively) after it."""
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:60]
     path = f"{NAMESPACE_ROOT}/{name}-{uuid.uuid4().hex[:8]}"
@@ -103,13 +103,13 @@ def zk_namespace(request, zk_ensemble) -> Iterator[str]:
 
 
 @pytest.fixture
-def zk_factory(zk_ensemble, zk_namespace) -> Iterator[Callable[..., KazooClient]]:
+def zk_factory(zk_ensemble: AnyEnsemble, zk_namespace: str) -> Iterator[Callable[..., KazooClient]]:
     """``make(hosts=None, start=True, **kazoo_kwargs)``: more clients on the test's chroot, each with its
     own session (default session timeout 10 s); all stopped and closed after the test. A session
     timeout outside the servers' ``minSessionTimeout`` .. ``maxSessionTimeout`` skips the test."""
     clients: list[KazooClient] = []
 
-    def make(hosts: str | None = None, start: bool = True, **kwargs) -> KazooClient:
+    def make(hosts: Optional[str] = None, start: bool = True, **kwargs: Any) -> KazooClient:
         kwargs.setdefault("timeout", 10.0)
         _require_session_timeout(zk_ensemble, kwargs["timeout"])
         client = KazooClient(hosts=(hosts or zk_ensemble.hosts) + zk_namespace, **kwargs)
@@ -128,7 +128,7 @@ def zk_factory(zk_ensemble, zk_namespace) -> Iterator[Callable[..., KazooClient]
 
 
 @pytest.fixture
-def zk(zk_factory) -> KazooClient:
+def zk(zk_factory: Callable[..., KazooClient]) -> KazooClient:
     """A started KazooClient chrooted to ``zk_namespace``."""
     return zk_factory()
 
@@ -150,7 +150,7 @@ _reap_seconds: Dict[str, Optional[float]] = {}
 
 
 @pytest.fixture
-def zk_reaps_containers(zk_ensemble) -> None:
+def zk_reaps_containers(zk_ensemble: AnyEnsemble) -> None:
     """Skip the test unless the servers delete an emptied container node within a few seconds.
 
     Lock parents are container nodes; ZooKeeper's leader deletes empty ones every
@@ -195,7 +195,7 @@ def _probe_container_reaping(hosts: str) -> Optional[float]:
         client.close()
 
 
-def _local(what: str, **kwargs) -> Iterator[Ensemble]:
+def _local(what: str, **kwargs: Any) -> Iterator[Ensemble]:
     try:
         ens = Ensemble(size=1, tick_ms=200, **kwargs)
     except ZooKeeperNotFound as exc:
