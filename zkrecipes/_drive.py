@@ -52,16 +52,86 @@ log = logging.getLogger("zkrecipes.engine")
 _no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server has no containers
 
 
-class Driver:
+class Watches:
+    """What one acquire knows of its watches and its session, the same for both drivers (no I/O but
+    removing watches): the paths watched, the deletions seen, the session subscription (made only once
+    the acquire has to wait) and the staleness test. A driver supplies ``client``, ``_on_watch`` (kazoo's
+    event thread) and ``_on_session`` (the session thread), and wakes itself after :meth:`_seen`."""
+
+    __slots__ = ("client", "_deleted", "_deleted_at", "_since", "_watched", "_session")
+
+    client: KazooClient
+
+    def _init_watches(self) -> None:
+        self._deleted: Set[str] = set()
+        self._deleted_at: Optional[float] = None
+        self._since = 0.0
+        self._watched: Set[str] = set()  # paths our data watches are on
+        self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
+
+    def _on_watch(self, event: WatchedEvent) -> None:
+        raise NotImplementedError
+
+    def _on_session(self, event: str) -> None:
+        raise NotImplementedError
+
+    def _subscribe(self) -> None:
+        """Before the first watch: session events wake a sleeping waiter (an uncontended one never sleeps)."""
+        if self._session is None:
+            self._session = SessionWatcher.of(self.client)
+            self._session.subscribe(self._on_session)
+            self._since = time.monotonic()
+
+    def _watching(self, path: str) -> None:
+        self._deleted.discard(path)  # a path made again (ExclusiveLock's node) is watched afresh
+        self._watched.add(path)
+
+    def _seen(self, event: WatchedEvent) -> None:
+        if event.type == EventType.DELETED:
+            self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
+            self._deleted_at = time.monotonic()
+
+    def _told(self) -> bool:
+        """A watched path is already known deleted: SLEEP answers at once."""
+        return bool(self._watched & self._deleted)
+
+    def _take_deleted(self) -> FrozenSet[str]:
+        """SLEEP's answer: the watched paths deleted (a fired watch is gone from the server and kazoo)."""
+        gone = frozenset(self._watched & self._deleted)
+        self._watched -= gone
+        return gone
+
+    def _stale(self) -> bool:
+        """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
+        SIGSTOP; told by the session thread) or the deletion we were told of is older than the stall limit
+        (a third of the session timeout) -- the session may have expired meanwhile, so our node must be
+        read back before we hold. A waiter that never slept is never stale."""
+        s = self._session
+        if s is None:
+            return False
+        return s.stalled_since(self._since) or (
+            self._deleted_at is not None and time.monotonic() - self._deleted_at > s.stall_limit
+        )
+
+    def unwatch(self) -> None:
+        for path in self._watched:
+            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+        self._watched.clear()
+
+    def _close_watches(self) -> None:
+        self.unwatch()
+        if self._session is not None:
+            self._session.unsubscribe(self._on_session)
+            self._session = None
+
+
+class Driver(Watches):
     """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries.
 
     Built per acquire, so it is kept cheap: the wake-up Event and the session subscription are made
     only when the acquire has to wait (an uncontended acquire never does)."""
 
-    __slots__ = (
-        "client", "nowait", "deadline", "cancel", "policy", "wake", "_deleted", "_deleted_at", "_since",
-        "_watched", "_session", "__weakref__",
-    )
+    __slots__ = ("nowait", "deadline", "cancel", "policy", "wake", "__weakref__")
 
     def __init__(
         self,
@@ -77,11 +147,7 @@ class Driver:
         self.cancel = cancel
         self.policy = policy
         self.wake: Optional[threading.Event] = None  # made before the first wait (see interrupt())
-        self._deleted: Set[str] = set()
-        self._deleted_at: Optional[float] = None
-        self._since = 0.0
-        self._watched: Set[str] = set()  # paths our data watches are on
-        self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
+        self._init_watches()
 
     def interrupt(self) -> None:
         """Wake a waiting acquire (call after setting its cancel; any thread). A driver that has no
@@ -177,10 +243,7 @@ class Driver:
         if not op.keep:
             self.unwatch()
             wake.clear()  # (not with keep: a watch set just before may have fired already)
-        if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
-            self._session = SessionWatcher.of(self.client)
-            self._session.subscribe(self._on_session)
-            self._since = time.monotonic()
+        self._subscribe()
         sent: List[_kazoo.AsyncResult] = []
 
         def start() -> _kazoo.AsyncResult:
@@ -195,8 +258,7 @@ class Driver:
             if sent:
                 sent[-1].rawlink(_forget_watch(self.client, op.path, self._on_watch))
             raise
-        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
-        self._watched.add(op.path)
+        self._watching(op.path)
         return stat
 
     def _delete(self, op: Delete) -> bool:
@@ -207,22 +269,8 @@ class Driver:
         self.interrupt()
 
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only record and wake
-        if event.type == EventType.DELETED:
-            self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
-            self._deleted_at = time.monotonic()
+        self._seen(event)
         self.interrupt()
-
-    def _stale(self) -> bool:
-        """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
-        SIGSTOP; told by the session thread) or the deletion we were told of is older than the stall limit
-        (a third of the session timeout) -- the session may have expired meanwhile, so our node must be
-        read back before we hold. A waiter that never slept is never stale."""
-        s = self._session
-        if s is None:
-            return False
-        return s.stalled_since(self._since) or (
-            self._deleted_at is not None and time.monotonic() - self._deleted_at > s.stall_limit
-        )
 
     def remaining(self) -> Optional[float]:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -256,14 +304,12 @@ class Driver:
 
     def _sleep_for_deletion(self) -> FrozenSet[str]:
         """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
-        if self._watched & self._deleted:
+        if self._told():
             self.check()
             self._wake().clear()  # told already: the wake-up it set is used up (a later one sets it again)
         else:
             self._sleep()
-        gone = frozenset(self._watched & self._deleted)
-        self._watched -= gone  # a fired watch is gone from the server and from kazoo's registry
-        return gone
+        return self._take_deleted()
 
     def _sleep(self) -> None:
         """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
@@ -276,16 +322,8 @@ class Driver:
         wake.clear()
         self.check()
 
-    def unwatch(self) -> None:
-        for path in self._watched:
-            _kazoo.remove_data_watch(self.client, path, self._on_watch)
-        self._watched.clear()
-
     def close(self) -> None:
-        self.unwatch()
-        if self._session is not None:
-            self._session.unsubscribe(self._on_session)
-            self._session = None
+        self._close_watches()
 
 
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type

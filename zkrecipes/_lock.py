@@ -39,7 +39,38 @@ def _joinable(hold: Optional[Hold]) -> bool:
     return hold is not None and hold.state == HELD
 
 
-class Lock(Participant):
+class HeldView:
+    """``is_held``, ``token`` and ``node`` of a lock object, read from its local gate: the same for the
+    threaded locks and :mod:`zkrecipes.aio`'s (whose owner is the task, not the thread)."""
+
+    _gate: Gate
+
+    def _my_hold(self) -> Optional[Hold]:
+        """The hold of the calling owner (thread or task), if it holds this lock."""
+        raise NotImplementedError
+
+    @property
+    def is_held(self) -> bool:
+        """True only for the owner (thread; task in :mod:`zkrecipes.aio`) that holds the lock while the hold
+        is certain: not suspended or lost, and confirmed by ZooKeeper since the process last stood still
+        (GC pause, SIGSTOP)."""
+        hold = self._my_hold()
+        return hold is not None and hold.state == HELD and not hold.stale()
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
+        hold = self._gate.hold
+        return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of our node while held, else None."""
+        hold = self._gate.hold
+        return hold.node if hold is not None and self in self._gate.objects else None
+
+
+class Lock(HeldView, Participant):
     """Base of every zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
     _kind = naming.WRITE
@@ -218,25 +249,6 @@ class Lock(Participant):
     def _my_hold(self) -> Optional[Hold]:
         hold: Optional[Hold] = self._gate.held_by(threading.get_ident(), self._kind)
         return hold
-
-    @property
-    def is_held(self) -> bool:
-        """True only for a thread that holds the lock while the hold is certain: not suspended or lost,
-        and confirmed by ZooKeeper since the process last stood still (GC pause, SIGSTOP)."""
-        hold = self._my_hold()
-        return hold is not None and hold.state == HELD and not hold.stale()
-
-    @property
-    def token(self) -> Optional[int]:
-        """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
-        hold = self._gate.hold
-        return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
-
-    @property
-    def node(self) -> Optional[str]:
-        """Full path of our node while held, else None."""
-        hold = self._gate.hold
-        return hold.node if hold is not None and self in self._gate.objects else None
 
     def check(self) -> None:
         """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless

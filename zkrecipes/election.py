@@ -36,7 +36,38 @@ CANDIDATE: ElectionState = "candidate"
 LEADER: ElectionState = "leader"
 R = TypeVar("R")
 
-class LeaderElection(Participant):
+class TermView:
+    """``state``, ``is_leader``, ``token`` and ``node`` of an election object, read from its current
+    term's hold: the same for :class:`LeaderElection` and :mod:`zkrecipes.aio`'s."""
+
+    _hold: Optional[Hold]
+    _state: str
+
+    @property
+    def state(self) -> ElectionState:
+        """``"idle"``, ``"candidate"``, ``"leader"``, ``"suspended"`` or ``"lost"``."""
+        return self._state  # type: ignore[return-value]
+
+    @property
+    def is_leader(self) -> bool:
+        """True only while leadership is certain (see :attr:`Lock.is_held <zkrecipes.FairLock.is_held>`)."""
+        hold = self._hold
+        return hold is not None and hold.state == HELD and not hold.stale()
+
+    @property
+    def token(self) -> Optional[int]:
+        """Fencing token of this term (the czxid of our node) while leader or suspended, else None."""
+        hold = self._hold
+        return hold.token if hold is not None and hold.state != LOST else None
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of our node from election until resign (kept while suspended or lost), else None."""
+        hold = self._hold
+        return hold.node if hold is not None else None
+
+
+class LeaderElection(TermView, Participant):
     """Leader election among the candidates of ``path``; at most one leader at a time.
 
     ``LeaderElection(zk, "/election/reports", identifier="worker-7")`` -- also ``host=``, ``acl=``,
@@ -187,29 +218,6 @@ class LeaderElection(Participant):
     def _set_state(self, state: str) -> None:
         with self._notify:  # one state change told at a time, in order (reentrant: listeners may resign)
             super()._set_state(state)
-
-    @property
-    def state(self) -> ElectionState:
-        """``"idle"``, ``"candidate"``, ``"leader"``, ``"suspended"`` or ``"lost"``."""
-        return self._state  # type: ignore[return-value]
-
-    @property
-    def is_leader(self) -> bool:
-        """True only while leadership is certain (see :attr:`Lock.is_held <zkrecipes.FairLock.is_held>`)."""
-        hold = self._hold
-        return hold is not None and hold.state == HELD and not hold.stale()
-
-    @property
-    def token(self) -> Optional[int]:
-        """Fencing token of this term (the czxid of our node) while leader or suspended, else None."""
-        hold = self._hold
-        return hold.token if hold is not None and hold.state != LOST else None
-
-    @property
-    def node(self) -> Optional[str]:
-        """Full path of our node from election until resign (kept while suspended or lost), else None."""
-        hold = self._hold
-        return hold.node if hold is not None else None
 
     def check(self) -> None:
         """Return if leadership is certain; raise LockLost if lost, uncertain (suspended, unless

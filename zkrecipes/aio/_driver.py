@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Set, Tuple, Type
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type
 
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
-from kazoo.protocol.states import EventType, WatchedEvent
+from kazoo.protocol.states import WatchedEvent
 
 from .. import _drive, _kazoo, naming, retry
 from .._protocol import (
@@ -36,7 +36,6 @@ from .._protocol import (
     Watch,
 )
 from ..naming import Contender
-from ..session import SessionWatcher
 
 log = logging.getLogger("zkrecipes.aio")
 
@@ -78,14 +77,7 @@ async def result(ar: _kazoo.AsyncResult) -> Any:
     return ar.get(block=False)
 
 
-def _outcome(ar: _kazoo.AsyncResult) -> Any:
-    try:
-        return ar.get(block=False)
-    except Exception as exc:
-        return exc
-
-
-class AioDriver:
+class AioDriver(_drive.Watches):
     """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries, on a loop."""
 
     def __init__(
@@ -100,11 +92,7 @@ class AioDriver:
         self._waiter: Optional["asyncio.Future[Any]"] = None  # the future this acquire awaits now
         self._wakeable = False  # the waiter is a sleep (a wake-up ends it), not a request's reply
         self._woken = False
-        self._deleted: Set[str] = set()
-        self._deleted_at: Optional[float] = None
-        self._since = time.monotonic()
-        self._watched: Set[str] = set()  # paths our data watches are on
-        self._session: Optional[SessionWatcher] = None
+        self._init_watches()
         self._timer: Optional[asyncio.TimerHandle] = None
         if deadline is not None:
             self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self.interrupt, DeadlinePassed)
@@ -184,9 +172,8 @@ class AioDriver:
             self._waiter, self._wakeable = None, False
 
     def _wake(self, event: Optional[WatchedEvent] = None) -> None:  # loop thread
-        if event is not None and event.type == EventType.DELETED:
-            self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
-            self._deleted_at = time.monotonic()
+        if event is not None:
+            self._seen(event)
         self._woken = True
         w = self._waiter
         if w is not None and self._wakeable and not w.done():
@@ -200,14 +187,12 @@ class AioDriver:
 
     async def _sleep_for_deletion(self) -> FrozenSet[str]:
         """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
-        if self._watched & self._deleted:
+        if self._told():
             self.check()
             self._woken = False  # told already: the wake-up is used up
         else:
             await self._sleep()
-        gone = frozenset(self._watched & self._deleted)
-        self._watched -= gone  # a fired watch is gone from the server and from kazoo's registry
-        return gone
+        return self._take_deleted()
 
     async def _sleep(self) -> None:
         self.check()
@@ -217,15 +202,6 @@ class AioDriver:
             await self._await(self.loop.create_future(), wakeable=True)
         self._woken = False
         self.check()
-
-    def _stale(self) -> bool:
-        """As the blocking driver: a grant after the process stood still, or on old news, must be confirmed."""
-        s = self._session
-        if s is None:
-            return False
-        return s.stalled_since(self._since) or (
-            self._deleted_at is not None and time.monotonic() - self._deleted_at > s.stall_limit
-        )
 
     # -- the requests ----------------------------------------------------------------------------
     async def _send(self, op: Send) -> Tuple[Any, Any]:
@@ -238,7 +214,7 @@ class AioDriver:
             if not create.ready():
                 await self._await(bridge(self.loop, create))
         except BaseException:
-            made = _outcome(create) if create.ready() else None
+            made = _kazoo.outcome(create) if create.ready() else None
             if made is None:
                 create.rawlink(_drive._delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             elif not isinstance(made, BaseException):  # made, and its reply is here: delete it before we go
@@ -246,7 +222,7 @@ class AioDriver:
                 chroot = self.client.chroot
                 await delete(self.client, path[len(chroot):] if chroot else path, stat.ephemeralOwner, self.policy)
             raise
-        return _outcome(create), (None if listing is None else _outcome(listing))
+        return _kazoo.outcome(create), (None if listing is None else _kazoo.outcome(listing))
 
     async def call(self, start: Callable[[], _kazoo.AsyncResult]) -> Any:
         """Run an idempotent async operation ``start()`` with retries, bounded by the deadline and cancel."""
@@ -293,10 +269,7 @@ class AioDriver:
         if not op.keep:
             self.unwatch()
             self._woken = False  # (not with keep: a watch set just before may have fired already)
-        if self._session is None:  # session events wake a sleeping waiter; an uncontended one never sleeps
-            self._session = SessionWatcher.of(self.client)
-            self._session.subscribe(self._on_session)
-            self._since = time.monotonic()
+        self._subscribe()
         sent: List[_kazoo.AsyncResult] = []
 
         def start() -> _kazoo.AsyncResult:
@@ -311,8 +284,7 @@ class AioDriver:
             if sent:
                 await self._forget_watch(op.path, sent[-1])
             raise
-        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
-        self._watched.add(op.path)
+        self._watching(op.path)
         return stat
 
     async def _forget_watch(self, path: str, ar: _kazoo.AsyncResult) -> None:
@@ -326,7 +298,7 @@ class AioDriver:
                 await asyncio.shield(fut)
             except asyncio.CancelledError:
                 cancelled = True  # cancelled again: finish cleaning up first
-        if _outcome(ar) is not None and not isinstance(_outcome(ar), BaseException):
+        if _kazoo.outcome(ar) is not None and not isinstance(_kazoo.outcome(ar), BaseException):
             for _ in range(100):
                 if self._on_watch in _kazoo.data_watchers(self.client, path):
                     _kazoo.remove_data_watch(self.client, path, self._on_watch)
@@ -338,19 +310,11 @@ class AioDriver:
     async def _delete(self, op: Delete) -> bool:
         return await delete(self.client, op.path, op.session, self.policy)
 
-    def unwatch(self) -> None:
-        for path in self._watched:
-            _kazoo.remove_data_watch(self.client, path, self._on_watch)
-        self._watched.clear()
-
     def close(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self.unwatch()
-        if self._session is not None:
-            self._session.unsubscribe(self._on_session)
-            self._session = None
+        self._close_watches()
 
 
 class _SessionGone(Exception):

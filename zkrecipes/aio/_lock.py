@@ -23,7 +23,7 @@ from .. import exclusive as _exclusive
 from .. import fair as _fair
 from .. import rwlock as _rwlock
 from .._gate import Entered, Gate
-from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, LockState
+from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, HeldView, LockState
 from .._lock import Lock as _CoreLock
 from .._participant import Participant
 from .._protocol import Cancelled, DeadlinePassed, owns
@@ -131,7 +131,7 @@ class Reporter:
         return await _driver.contenders(self.client, self.path)
 
 
-class Lock(Reporter):
+class Lock(HeldView, Reporter):
     """Base of the asyncio locks; see :class:`FairLock` for the documented API."""
 
     _core_class: Type[_CoreLock] = _fair.FairLock
@@ -316,25 +316,6 @@ class Lock(Reporter):
         task = asyncio.current_task() if _driver._loop_of_thread() is not None else None
         hold: Optional[Hold] = None if task is None else self._gate.held_by(task, self._kind)
         return hold
-
-    @property
-    def is_held(self) -> bool:
-        """True only in a task that holds the lock while the hold is certain (not suspended or lost, and
-        confirmed since the process last stood still)."""
-        hold = self._my_hold()
-        return hold is not None and hold.state == HELD and not hold.stale()
-
-    @property
-    def token(self) -> Optional[int]:
-        """The fencing token (the czxid of our node) while held, else None."""
-        hold = self._gate.hold
-        return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
-
-    @property
-    def node(self) -> Optional[str]:
-        """Full path of our node while held, else None."""
-        hold = self._gate.hold
-        return hold.node if hold is not None and self in self._gate.objects else None
 
     async def check(self) -> None:
         """Return if the calling task's hold is certain; raise :class:`~zkrecipes.LockLost` if it is lost

@@ -12,7 +12,7 @@ from .. import _protocol, naming
 from .. import election as _election
 from .._lock import predecessor
 from .._protocol import Cancelled, DeadlinePassed, Entry
-from ..election import CANDIDATE, IDLE, LEADER, ElectionState
+from ..election import CANDIDATE, IDLE, LEADER, TermView
 from ..errors import LockCancelled, LockError, LockLost
 from ..naming import Contender
 from ..session import HELD, LOST, Hold
@@ -26,7 +26,7 @@ log = logging.getLogger("zkrecipes.aio")
 R = TypeVar("R")
 
 
-class LeaderElection(Reporter):
+class LeaderElection(TermView, Reporter):
     """Leader election for asyncio: ``async with aio.LeaderElection(zk, "/election/x"):`` leads.
 
     The same queue, read-back before leading, states (``"idle"``, ``"candidate"``, ``"leader"``,
@@ -147,29 +147,6 @@ class LeaderElection(Reporter):
         if state == LOST:
             self.lost.set()
         self._set_state(LEADER if state == HELD else state)
-
-    @property
-    def state(self) -> ElectionState:
-        """``"idle"``, ``"candidate"``, ``"leader"``, ``"suspended"`` or ``"lost"``."""
-        return self._state  # type: ignore[return-value]
-
-    @property
-    def is_leader(self) -> bool:
-        """True only while leadership is certain."""
-        hold = self._hold
-        return hold is not None and hold.state == HELD and not hold.stale()
-
-    @property
-    def token(self) -> Optional[int]:
-        """Fencing token of this term (the czxid of our node) while leader or suspended, else None."""
-        hold = self._hold
-        return hold.token if hold is not None and hold.state != LOST else None
-
-    @property
-    def node(self) -> Optional[str]:
-        """Full path of our node from election until resign, else None."""
-        hold = self._hold
-        return hold.node if hold is not None else None
 
     async def check(self) -> None:
         """Return if leadership is certain; raise :class:`~zkrecipes.LockLost` if lost, uncertain or not held."""
