@@ -175,11 +175,8 @@ class Driver(Watches):
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 error = None
-                if op is SESSION:  # the most frequent request, and it cannot fail
+                if op is SESSION:  # cannot fail
                     send = _kazoo.session_id(self.client)
-                    continue
-                if op is STALE and self._session is None:  # a waiter that never slept is never stale
-                    send = False
                     continue
                 try:
                     handler = ops.get(type(op))
@@ -191,8 +188,6 @@ class Driver(Watches):
                 self.close()
 
     def _plain(self, op: Any) -> Any:
-        if op is SESSION:
-            return _kazoo.session_id(self.client)
         if op is STALE:
             return self._stale()
         if op is SLEEP:
@@ -213,9 +208,7 @@ class Driver(Watches):
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
             # ZooKeeper answers in order: once the listing is in, so is the create (one wake-up, not two)
-            last = create if listing is None else listing
-            if not last.ready():
-                self._wait_ready(last)
+            self._wait_ready(create if listing is None else listing)
             if not create.ready():
                 self._wait_ready(create)
         except BaseException:
@@ -283,11 +276,11 @@ class Driver(Watches):
             raise DeadlinePassed()
 
     def _wait_ready(self, ar: _kazoo.AsyncResult) -> None:
-        """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel."""
-        while not ar.ready():
+        """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel
+        (checked every 0.2 s: callers check once before they send)."""
+        deadline = self.deadline
+        while not ar.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))):
             self.check()
-            deadline = self.deadline
-            ar.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
 
     def wait_result(self, ar: _kazoo.AsyncResult) -> Any:
         """Wait for a kazoo async result (see :meth:`_wait_ready`); its value, or its error raised."""
@@ -452,23 +445,8 @@ def delete(
     Returns False if ``session`` turned out to be gone (the node went with it), or if ``gone()`` says so
     while waiting for a connection; else True."""
     deadline = time.monotonic() + timeout
-
-    def attempt() -> None:
-        sid = _kazoo.session_id(client)
-        if session is not None and sid not in (None, session):
-            raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
-        ar = _kazoo.delete_async(client, path)  # queued by kazoo until reconnected; dropped if the session ends
-        while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
-            if gone is not None and gone():
-                raise _SessionGone()
-            if time.monotonic() >= deadline:
-                ar.get(timeout=0)  # kazoo's timeout error
-        exc = ar.exception
-        if exc is not None:
-            raise exc
-
     try:
-        retry.call(attempt, deadline=deadline, policy=policy)
+        retry.call(_delete_once, client, path, session, deadline, gone, deadline=deadline, policy=policy)
     except NoNodeError:
         pass
     except (SessionExpiredError, _SessionGone):
@@ -476,6 +454,23 @@ def delete(
     except Exception:
         log.exception("could not delete %s; it goes when the session ends", path)
     return True
+
+
+def _delete_once(
+    client: KazooClient, path: str, session: Optional[int], deadline: float, gone: Optional[Callable[[], bool]]
+) -> None:
+    sid = _kazoo.session_id(client)
+    if session is not None and sid is not None and sid != session:
+        raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
+    ar = _kazoo.delete_async(client, path)  # queued by kazoo until reconnected; dropped if the session ends
+    while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
+        if gone is not None and gone():
+            raise _SessionGone()
+        if time.monotonic() >= deadline:
+            ar.get(timeout=0)  # kazoo's timeout error
+    exc = _kazoo.outcome(ar)
+    if isinstance(exc, BaseException):
+        raise exc
 
 
 def contenders(client: KazooClient, path: str) -> List[Contender]:

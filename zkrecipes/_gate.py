@@ -117,14 +117,15 @@ class Gate:
                 self.counts[me] = Counts(write=1) if kind == WRITE else Counts(read=1)
                 if kind == WRITE:
                     self.writer = me
-            self.changed()
+            if self.line or self.wakers:
+                self.changed()
 
     def leave(self, me: Owner, kind: str) -> Left:
         """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
         busy (``last``): the caller deletes the node, then calls :meth:`released`."""
         with self.mutex:
             c = self.counts.get(me)
-            if c is None or not c.side(kind):
+            if c is None or not (c.write if kind == WRITE else c.read):
                 what = {WRITE: "a write lock", READ: "a read lock"}.get(kind, "a lease")
                 raise LockError(f"{self.path}: release of {what} the caller does not hold")
             if kind == WRITE:
@@ -151,7 +152,8 @@ class Gate:
         """The final release's ZooKeeper part is over."""
         with self.mutex:
             self.busy = False
-            self.changed()
+            if self.line or self.wakers:
+                self.changed()
 
     def held_by(self, me: Owner, kind: str) -> Any:
         """The hold if ``me`` holds side ``kind``, else None."""

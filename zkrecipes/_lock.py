@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Iterator, List, Literal, Optional, Set
+from typing import Callable, Iterator, List, Literal, Optional, Set
 
 from . import _gate, _kazoo, _protocol, naming
 from ._drive import Driver
@@ -82,14 +82,11 @@ class Lock(HeldView, Participant):
         self._drivers: Set[Driver] = set()
 
     # -- what a recipe declares ----------------------------------------------------------------------
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> _protocol.Blockers:
-        return predecessor(ahead, me)
+    _rule: "Callable[..., _protocol.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
 
     def _protocol(self) -> Proto[Entry]:
         proto = self._proto
-        guid = proto.new_guid()
-        data = proto.data(self.identifier, guid, self.host)
-        prefix = proto.prefix(self.host, self._kind, guid)
+        prefix, data, guid = proto.node(self.host, self._kind, self.identifier)
         return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto)
 
     # -- acquire / release ---------------------------------------------------------------------------
@@ -169,7 +166,6 @@ class Lock(HeldView, Participant):
         if hold is None:
             return False
         self._attach(hold)
-        log.debug("acquired %s as %s (token %d)", self.path, hold.node, hold.token)
         return True
 
     def release(self) -> None:

@@ -27,7 +27,6 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
 from . import naming, protocols
-from .errors import LockError
 from .naming import QueueNode
 from .protocols import Protocol
 from .retry import TRANSIENT
@@ -137,28 +136,33 @@ def acquire(
     protocol: Protocol = protocols.DEFAULT,
 ) -> Proto[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
-    every other exit. With ``confirm`` (elections) our node is read back before we return: it must still
-    be ours (a node of a dying session is never taken for ours). A waiter that stood still meanwhile
-    (:data:`STALE`) reads it back too. ``protocol`` (the node format) reads every listing: a child it
-    cannot queue with raises LockError (our node deleted)."""
+    every other exit. With ``confirm`` (elections), or if the waiter stood still meanwhile (:data:`STALE`),
+    our node is read back before we return: it must still be ours. ``protocol`` reads every listing: a
+    child it cannot queue with raises LockError (our node deleted)."""
     entry: Optional[Entry] = None
     ahead: List[QueueNode] = []
     watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
+    waited = False  # a waiter that never slept is never stale, and its session was just checked
     try:
         while True:
             if entry is None:
                 watched.clear()
-                entry, ahead = yield from enqueue(parent, acl, prefix, data, guid, protocol)
-            current = yield SESSION
-            if current is not None and current != entry.session:
-                entry = None  # our node went with the old session: queue again, at the back
-                continue
+                entry, children = yield from create(
+                    parent, acl, prefix, data, guid, sequence=True, listing=True, containers=protocol.containers
+                )
+                ahead, _ = protocol.ahead(parent, children or (), entry.node.sequence)
+            elif waited:
+                current = yield SESSION
+                if current is not None and current != entry.session:
+                    entry = None  # our node went with the old session: queue again, at the back
+                    continue
             found = rule(ahead, entry.node)
-            if found is None or (not isinstance(found, QueueNode) and not found):
-                if (confirm or (yield STALE)) and not (yield from _confirm(entry)):
+            if not found:  # None, or no blockers (a QueueNode is a non-empty tuple)
+                if (confirm or (waited and (yield STALE))) and not (yield from _confirm(entry)):
                     entry = None
                     continue
                 return entry
+            waited = True
             try:
                 if isinstance(found, QueueNode):
                     relist = yield from _wait_one(parent, found, ahead)
@@ -223,22 +227,6 @@ def _wait_any(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], wa
             watched.discard(path)
             ahead.remove(paths[path])
     return any(f"{parent}/{n.name}" not in watched for n in ahead)
-
-
-def enqueue(
-    parent: str, acl: Sequence[ACL], prefix: str, data: bytes, guid: str, protocol: Protocol = protocols.DEFAULT
-) -> Proto[Tuple[Entry, List[QueueNode]]]:
-    """Create our sequential node and list the queue in one round trip: ``(entry, nodes ahead)``. Every
-    child is checked by ``protocol`` (behind us too); a foreign one raises LockError, our node deleted."""
-    entry, children = yield from create(
-        parent, acl, prefix, data, guid, sequence=True, listing=True, containers=protocol.containers
-    )
-    try:
-        ahead, _ = protocol.ahead(parent, children or (), entry.node.sequence)
-    except LockError:
-        yield Delete(entry.path, entry.session)
-        raise
-    return entry, ahead
 
 
 def _ahead(parent: str, entry: Entry, protocol: Protocol) -> Proto[Optional[List[QueueNode]]]:

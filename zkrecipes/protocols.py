@@ -175,6 +175,14 @@ class Protocol:
         return f"<Protocol {self.name} ({self.family})>"
 
     # -- our node ------------------------------------------------------------------------------------
+    def node(self, host: str, kind: str, identifier: Optional[str]) -> Tuple[str, bytes, str]:
+        """``(prefix, data, guid)`` of our next node: see :meth:`prefix`, :meth:`data`, :meth:`new_guid`."""
+        if self.name == ZKRECIPES:  # the hot path: one call
+            guid = naming.new_guid()
+            return f"{host}-{kind}-", naming.node_data(identifier, guid, host), guid
+        guid = self.new_guid()
+        return self.prefix(host, kind, guid), self.data(identifier, guid, host), guid
+
     def new_guid(self) -> str:
         """A random per-acquire id; kazoo and Curator formats carry it in the node name."""
         if self.name == ZKRECIPES:
@@ -240,7 +248,7 @@ class Protocol:
                 names.append(name)
             elif d == 0:
                 seen = True
-        return self.sort(names), seen
+        return (self.sort(names) if names else []), seen
 
     def sort(self, children: Sequence[str]) -> List[QueueNode]:
         """The children this protocol queues with, in wrap-aware order (others dropped: for observers)."""

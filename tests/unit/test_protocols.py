@@ -142,8 +142,7 @@ def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
     stat = ZnodeStat(5, 5, 0, 0, 0, 0, 0, sid, 0, 0, 5)
     gen = p.acquire("/p", [], "h-W-", b"{}", "g", predecessor)
     gen.send(None)
-    gen.send((("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"]))
-    assert gen.send(sid) is p.SESSION
+    assert gen.send((("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"])) is p.SESSION
     assert gen.send(sid) == p.Watch("/p/h-W-0000000002")
     assert gen.send(stat) is p.SLEEP
     assert gen.send(True) == p.Read("children", "/p")
