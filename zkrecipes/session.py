@@ -1,21 +1,12 @@
-"""Session state fan-out: one watcher per KazooClient, and the state machine of one hold.
+"""Session states: one watcher per KazooClient, and the state machine of one hold.
 
-``SessionWatcher.of(client)`` registers a single kazoo listener that only enqueues; a dispatcher thread
-turns kazoo states into ``"suspended"``, ``"connected"`` and ``"lost"`` events for subscribers, so no
-subscriber ever runs on (or blocks) kazoo's threads. A suspension that outlasts the session timeout is
-reported as ``"lost"`` without waiting to reach ZooKeeper again: by then the server may have expired the
-session and handed the lock to someone else.
+A dispatcher thread per client turns kazoo's states into ``suspended`` / ``connected`` / ``lost`` events,
+so no subscriber runs on kazoo's threads. A suspension past the session timeout is ``lost`` at once (the
+server may have given the lock away). Timed waits that overrun by a third of the session timeout mean the
+process stood still (GC, SIGSTOP): holds are then *stale* until ZooKeeper confirms them.
 
-The dispatcher also notices when the whole process stood still (a long GC pause, SIGSTOP, a suspended
-VM): its own timed waits overrun by more than a third of the session timeout. Right after such a stall
-kazoo may not yet know that the server expired the session, so a hold held across it is *stale*: it is
-not reported as held, and ``check()`` asks ZooKeeper before it lets the holder act again.
-
-A :class:`Hold` follows one acquired node through::
-
-    held --(connection drops)--> suspended --(session expires, or suspended past the timeout)--> lost
-      ^                              |
-      +-- reconnected, same session, node verified ours --+
+A :class:`Hold`: held -> suspended (connection drops) -> lost (session expired, or suspended too long);
+back to held when reconnected in the same session with its node verified ours.
 """
 
 from __future__ import annotations
@@ -55,7 +46,7 @@ class SessionWatcher:
     @classmethod
     def of(cls, client: KazooClient) -> "SessionWatcher":
         """The watcher of ``client`` (created on first use)."""
-        w = cls._registry.get(client)  # one per client for its lifetime: no lock needed to find it
+        w = cls._registry.get(client)  # one per client for its lifetime: found without the lock
         if w is not None:
             return w
         with cls._registry_lock:
@@ -98,9 +89,8 @@ class SessionWatcher:
             self._subs.discard(fn)
 
     def stalled_since(self, t: float) -> bool:
-        """True if the process may have stood still for longer than the stall limit since monotonic ``t``:
-        a stall was noticed after ``t``, or the dispatcher overslept its wait by that much (it may not
-        have run yet since the process resumed)."""
+        """True if the process may have stood still past the stall limit since monotonic ``t`` (noticed, or
+        the dispatcher is overdue by that much: it may not have run since the process resumed)."""
         wake_by = self._wake_by
         return self.stalled_at > t or (wake_by is not None and time.monotonic() > wake_by + self.stall_limit)
 
@@ -196,13 +186,9 @@ HELD = "held"
 
 
 class Hold:
-    """One acquired node and what is known about it: ``held``, ``suspended`` or ``lost`` (final).
-
-    ``verify()`` is called on reconnection with the same session and must say whether the node still
-    exists and belongs to this session; ``cleanup()`` removes a node that outlived a hold declared lost
-    locally. ``on_change(state)`` is called on every transition, on the dispatcher thread (or the thread
-    that calls :meth:`mark_lost`).
-    """
+    """One acquired node: ``held``, ``suspended`` or ``lost`` (final). ``verify(hold)`` says whether the node
+    is still ours (on reconnection); ``cleanup(hold)`` removes one that outlived a hold declared lost.
+    Listeners are told each change on the dispatcher thread (or the caller of :meth:`mark_lost`)."""
 
     __slots__ = (
         "client", "node", "token", "session", "state", "released", "pin", "verified_at", "_verify", "_cleanup",
@@ -254,9 +240,8 @@ class Hold:
             fn(state)
 
     def settle(self) -> None:
-        """Set the state a new hold starts in from the client's session now: ``held``; ``lost`` if the
-        session has changed; ``suspended`` if the connection is down, and then a reconnection that was
-        told before this hold subscribed is not missed: the dispatcher looks again after it."""
+        """Start from the session now: ``lost`` if it changed; ``suspended`` without a connection (and the
+        dispatcher looks again, so a reconnection told before we subscribed is not missed)."""
         sid = session_id(self.client)
         if sid == self.session:
             return
@@ -273,10 +258,8 @@ class Hold:
         return self.state == HELD and self._watcher.stalled_since(self.verified_at)
 
     def confirm(self) -> bool:
-        """If :meth:`stale`, ask ZooKeeper whether our node is still ours (one read, bounded by the session
-        timeout). Returns True if the hold may be trusted: not stale, or confirmed. A node that is gone or
-        not ours marks the hold lost; a read that cannot reach ZooKeeper only returns False (kazoo's own
-        connection states follow)."""
+        """True if the hold may be trusted: not :meth:`stale`, or ZooKeeper confirms our node (one read). A
+        node gone or not ours marks the hold lost; no answer only returns False."""
         if not self.stale():
             return True
         asked = time.monotonic()
@@ -291,8 +274,7 @@ class Hold:
         return ok
 
     def confirmed(self, ok: bool, asked: float) -> None:
-        """Apply the answer to a confirming read started at monotonic ``asked`` (also used by the asyncio
-        driver, which does the read itself)."""
+        """Apply a confirming read started at monotonic ``asked`` (the asyncio front reads itself)."""
         if ok:
             self.verified_at = max(self.verified_at, asked)
         elif not self.released:
@@ -355,8 +337,7 @@ class Hold:
             try:
                 ok = self._verify(self)
             except (ConnectionLoss, KazooTimeoutError):
-                # the connection dropped again before we could look: stay suspended; the next
-                # reconnection verifies again, and the suspension timer still bounds it
+                # dropped again before we could look: stay suspended (the suspension timer still bounds it)
                 log.info("could not verify %s yet (connection lost again)", self.node)
                 return
             except Exception:
