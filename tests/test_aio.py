@@ -12,6 +12,7 @@ import pytest
 from lockhelpers import FAST_RECONNECT, assert_no_watch, children
 
 from zkrecipes import FairLock as ThreadedFairLock
+from zkrecipes import LeaderElection as ThreadedLeaderElection
 from zkrecipes import LockCancelled, LockError, LockLost, LockTimeout, aio
 from zkrecipes.testing import Partition, expire_session
 
@@ -662,3 +663,35 @@ def test_service_example_runs_as_documented(zk_ensemble, zk_namespace, zk):
     zk.sync("/")
     assert kids(zk, "/bank/leader") == []
     assert all(kids(zk, f"/bank/accounts/acct-{n}") == [] for n in range(5))
+
+
+def test_contenders_read_every_format_like_the_threaded_call(zk):
+    ours = ThreadedFairLock(zk, "/mixed", identifier="ours")
+    assert ours.acquire()
+    try:
+        zk.create("/mixed/0f1e2d3c4b5a69788796a5b4c3d2e1f0__lock__", b"kazoo-one", ephemeral=True, sequence=True)
+
+        async def body() -> list:
+            return [(c.identifier, c.kind) for c in await aio.FairLock(zk, "/mixed").contenders()]
+
+        got = run(body)
+        assert got == [(c.identifier, c.kind) for c in ours.contenders()] == [("ours", "W"), ("kazoo-one", "W")]
+    finally:
+        ours.release()
+
+
+@pytest.mark.parametrize("proto,tag", [("kazoo", "__lock__"), ("curator", "-latch-")])
+def test_an_election_campaigns_in_the_format_it_was_given(zk, zk_factory, proto, tag):
+    theirs = ThreadedLeaderElection(zk_factory(), "/aio-elect", identifier="threads", protocol=proto)
+    assert theirs.campaign(timeout=10)
+
+    async def body() -> None:
+        e = aio.LeaderElection(zk, "/aio-elect", identifier="task", protocol=proto)
+        second = asyncio.create_task(e.campaign(timeout=30))
+        await until(lambda: len(kids(zk, "/aio-elect")) == 2, 10, "the task's node")
+        assert not second.done()  # queued behind the threaded leader in the same format, not refused
+        theirs.resign()
+        assert await asyncio.wait_for(second, 30) and tag in (e.node or "")
+        await e.resign()
+
+    run(body)

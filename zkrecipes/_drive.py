@@ -217,14 +217,7 @@ class Driver(Watches):
         return _kazoo.outcome(create), (None if listing is None else _kazoo.outcome(listing))
 
     def _read(self, op: Read) -> Any:
-        c = self.client
-        start = {
-            "children": lambda: c.get_children_async(op.path),
-            "get": lambda: c.get_async(op.path),
-            "exists": lambda: c.exists_async(op.path),
-            "sync": lambda: c.sync_async(op.path),
-        }[op.kind]
-        return self.call(start)
+        return self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
 
     def _make_parents(self, op: MakeParents) -> None:
         make_parents(self.client, op.path, op.acl, self.call, op.container)

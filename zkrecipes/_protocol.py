@@ -59,8 +59,8 @@ class Send(NamedTuple):
 
 
 class Read(NamedTuple):
-    """An idempotent request, retried by the driver on transient errors: ``kind`` is ``"children"``,
-    ``"get"`` (answer ``(data, stat)``), ``"exists"`` (stat or None) or ``"sync"``."""
+    """An idempotent read, retried on transient errors: kazoo's ``<kind>_async(path)`` for ``kind`` in
+    ``get_children``, ``get``, ``exists``, ``sync``."""
 
     kind: str
     path: str
@@ -231,7 +231,7 @@ def _wait_any(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], wa
 
 def _ahead(parent: str, entry: Entry, protocol: Protocol) -> Proto[Optional[List[QueueNode]]]:
     """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-    ahead, seen = protocol.ahead(parent, (yield Read("children", parent)), entry.node.sequence)
+    ahead, seen = protocol.ahead(parent, (yield Read("get_children", parent)), entry.node.sequence)
     return ahead if seen else None
 
 
@@ -296,7 +296,7 @@ def create(
             if entry is None:
                 continue
             try:
-                return entry, ((yield Read("children", parent)) if listing else None)
+                return entry, ((yield Read("get_children", parent)) if listing else None)
             except GeneratorExit:
                 raise
             except BaseException:
@@ -320,7 +320,7 @@ def create(
                 if listed is None and entry.node.sequence == 0:
                     children = []  # the parent's first child ever (its counter was 0): nobody is ahead
                 elif listed is None or isinstance(listed, _RELIST):
-                    children = yield Read("children", parent)
+                    children = yield Read("get_children", parent)
                 elif isinstance(listed, BaseException):
                     raise listed
                 else:
@@ -342,7 +342,7 @@ def _own_nodes(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Lis
     (across a ZooKeeper leader change) is seen."""
     try:
         _, sid = yield from in_session(Read("sync", parent))
-        names = [n for n in (yield Read("children", parent)) if n.startswith(prefix)] if sequence else [prefix]
+        names = [n for n in (yield Read("get_children", parent)) if n.startswith(prefix)] if sequence else [prefix]
     except NoNodeError:
         return []
     found = []

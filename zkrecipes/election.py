@@ -116,9 +116,7 @@ class LeaderElection(TermView, Participant):
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
         proto = self._proto
-        guid = proto.new_guid()
-        data = proto.data(self.identifier, guid, self.host)
-        prefix = proto.prefix(self.host, naming.WRITE, guid)
+        prefix, data, guid = proto.node(self.host, naming.WRITE, self.identifier)
         try:
             entry = driver.run(
                 _protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True, protocol=proto)

@@ -49,7 +49,7 @@ def test_waits_on_its_predecessor_only_and_needs_no_relisting_when_it_goes():
     op = created(gen, (("/p/h-W-0000000003", stat()), listing))
     assert op == p.Watch("/p/h-W-0000000002")  # one watch: the node just ahead
     assert gen.send(stat(5)) is p.SLEEP
-    assert gen.send(True) == p.Read("children", "/p")  # gone, and nodes ahead of it may be too: relist
+    assert gen.send(True) == p.Read("get_children", "/p")  # gone, and nodes ahead of it may be too: relist
     # the head of the listing going needs no read: nodes only join behind us
     gen2 = new()
     start(gen2)
@@ -115,7 +115,7 @@ def test_a_lease_watches_its_n_nearest_and_reads_only_when_unwatched_nodes_remai
     assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True)
     assert gen.send(stat(4)) is p.SLEEP
     # one of ours went; 1 and 2, further ahead, may have gone unseen: one listing, not a read per node
-    assert gen.send(frozenset({"/s/" + lease(4)})) == p.Read("children", "/s")
+    assert gen.send(frozenset({"/s/" + lease(4)})) == p.Read("get_children", "/s")
     assert gen.send([lease(2), lease(3), lease(5)]) is p.SESSION
     # the watch on 3 stays; only 2 is added
     assert gen.send(SID) == p.Watch("/s/" + lease(2), keep=True)
@@ -131,7 +131,7 @@ def test_a_blocker_already_gone_makes_a_lease_list_again_not_walk_its_old_listin
     gen = new_sem()
     start(gen)
     assert created(gen, (("/s/" + lease(9), stat()), [lease(i) for i in range(1, 10)])) == p.Watch("/s/" + lease(7))
-    assert gen.send(None) == p.Read("children", "/s")  # gone already: our listing is old
+    assert gen.send(None) == p.Read("get_children", "/s")  # gone already: our listing is old
     assert gen.send([lease(8), lease(9)]) is p.SESSION
     assert gen.send(SID) is p.STALE
 
@@ -150,7 +150,7 @@ def test_a_driver_that_cannot_say_which_node_went_makes_it_list_again():
     assert created(gen, (("/s/" + lease(5), stat()), [lease(3), lease(4), lease(5)])) == p.Watch("/s/" + lease(3))
     assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True)
     assert gen.send(stat(4)) is p.SLEEP
-    assert gen.send(True) == p.Read("children", "/s")
+    assert gen.send(True) == p.Read("get_children", "/s")
     assert gen.send([lease(4), lease(5)]) is p.SESSION
     assert gen.send(SID) is p.STALE
 

@@ -145,7 +145,7 @@ def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
     assert gen.send((("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"])) is p.SESSION
     assert gen.send(sid) == p.Watch("/p/h-W-0000000002")
     assert gen.send(stat) is p.SLEEP
-    assert gen.send(True) == p.Read("children", "/p")
+    assert gen.send(True) == p.Read("get_children", "/p")
     assert gen.send(["h-W-0000000001", "h-W-0000000003", f"{CURATOR_ID}lock-0000000004"]) == p.Delete(
         "/p/h-W-0000000003", sid)
     with pytest.raises(LockError, match="Curator InterProcessMutex"):

@@ -19,7 +19,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
-from .. import _drive, _kazoo, naming, retry
+from .. import _drive, _kazoo, protocols, retry
 from .._protocol import (
     PAUSE,
     SESSION,
@@ -240,14 +240,7 @@ class AioDriver(_drive.Watches):
             raise
 
     async def _read(self, op: Read) -> Any:
-        c = self.client
-        start = {
-            "children": lambda: c.get_children_async(op.path),
-            "get": lambda: c.get_async(op.path),
-            "exists": lambda: c.exists_async(op.path),
-            "sync": lambda: c.sync_async(op.path),
-        }[op.kind]
-        return await self.call(start)
+        return await self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
 
     async def _make_parents(self, op: MakeParents) -> None:
         steps = _drive.parent_steps(self.client, op.path, op.acl, op.container)
@@ -373,15 +366,15 @@ async def delete(
 async def contenders(client: KazooClient, path: str) -> List[Contender]:
     """:func:`zkrecipes._drive.contenders` on the loop: every node of the queue in order, with its data."""
     try:
-        nodes = naming.sort_queue(await result(client.get_children_async(path)))
+        nodes = protocols.sort_any(await result(client.get_children_async(path)))
     except NoNodeError:
         return []
-    pending = [client.get_async(f"{path}/{n.name}") for n in nodes]  # pipelined
+    pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]  # pipelined
     out = []
-    for n, ar in zip(nodes, pending):
+    for (found, n), ar in zip(nodes, pending):
         try:
             data, _ = await result(ar)
         except NoNodeError:
             continue
-        out.append(naming.contender(n, data))
+        out.append(protocols.contender(found, n, data))
     return out

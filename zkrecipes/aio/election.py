@@ -62,10 +62,9 @@ class LeaderElection(TermView, Reporter):
         self._set_state(CANDIDATE)
         entry: Optional[Entry] = None
         core = self._core
-        guid = naming.new_guid()
-        data = naming.node_data(core.identifier, guid, core.host)
-        prefix = naming.prefix(core.host, naming.WRITE)
-        proto = _protocol.acquire(self.path, core._acl, prefix, data, guid, predecessor, confirm=True)
+        prefix, data, guid = core._proto.node(core.host, naming.WRITE, core.identifier)
+        proto = _protocol.acquire(self.path, core._acl, prefix, data, guid, predecessor, confirm=True,
+                                  protocol=core._proto)
         try:
             entry = await driver.run(proto)
         except (DeadlinePassed, Cancelled):
