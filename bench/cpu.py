@@ -92,6 +92,8 @@ def worker(impl: str, hosts: str, root: str, baseline: str | None = None) -> Non
     """Serve blocks: read a count from stdin, run that many ops, print one JSON line."""
     if baseline:  # another checkout's zkrecipes (before/after in one run)
         sys.path.insert(0, baseline)
+    if os.environ.get("ZKRECIPES_BENCH_PIN"):  # --pin: this process and the threads it starts, one CPU
+        os.sched_setaffinity(0, {int(os.environ["ZKRECIPES_BENCH_PIN"])})
     client = _client(hosts)
     op = _op(FAIR if baseline else impl, client, f"{root}/{uuid.uuid4().hex[:8]}")
     for _ in range(20):  # warm-up: parents, code paths
@@ -268,7 +270,8 @@ def markdown(result: dict) -> str:
     m, cfg, rows = result["meta"], result["config"], result["rows"]
     lines = [
         f"Run {m['started']} · {m.get('checkout', '')} · {m['ensemble']} · {cfg['rounds']} blocks of "
-        f"{cfg['ops']} ops per contender, each in its own process, interleaved (medians over blocks)",
+        f"{cfg['ops']} ops per contender, each in its own process, interleaved (medians over blocks)"
+        + (f"; each contender's process pinned to CPU {cfg['pin']}" if cfg.get("pin") is not None else ""),
         "",
         "| contender | calling-thread CPU (µs/op) | process CPU (µs/op) | wall (ms/op) | thread CPU / raw |",
         "|---|---|---|---|---|",
@@ -309,6 +312,9 @@ def main(argv=None) -> int:
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--wake", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
+    ap.add_argument("--pin", type=int, metavar="CPU",
+                    help="run each contender's process on this one CPU (its I/O threads too): far less "
+                         "run-to-run spread than unpinned; the wake path stays unpinned")
     ap.add_argument("--baseline", help="also run FairLock from this checkout (e.g. a git worktree of main)")
     ap.add_argument("--instructions", type=int, metavar="OPS",
                     help="also count calling-thread instructions per op over OPS ops (valgrind; minutes)")
@@ -325,7 +331,9 @@ def main(argv=None) -> int:
         return 0
     if args.smoke:
         args.rounds, args.ops, args.handoffs = 2, 5, 3
-    cfg = {"rounds": args.rounds, "ops": args.ops, "handoffs": args.handoffs}
+    cfg = {"rounds": args.rounds, "ops": args.ops, "handoffs": args.handoffs, "pin": args.pin}
+    if args.pin is not None:
+        os.environ["ZKRECIPES_BENCH_PIN"] = str(args.pin)
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     ensemble = None
