@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 import weakref
 
 import pytest
@@ -149,3 +150,20 @@ def test_a_stopped_client_is_refused_at_once(zk_factory, what):
             FairLock(client, "/stopped").acquire(timeout=30)
         else:
             LeaderElection(client, "/stopped").campaign(timeout=30)
+
+
+def test_brief_holds_keep_one_session_dispatcher_thread(zk):
+    """A service that locks often but briefly keeps one dispatcher thread, not a new one every 2 s."""
+    from zkrecipes.session import SessionWatcher
+
+    lock = FairLock(zk, "/brief")
+    threads = set()
+    end = time.monotonic() + 3.5  # past the dispatcher's 2 s idle limit
+    while time.monotonic() < end:
+        assert lock.acquire(timeout=10)
+        lock.release()  # held for well under a tick: the dispatcher rarely sees a subscriber
+        t = SessionWatcher.of(zk)._thread
+        if t is not None:
+            threads.add(t)
+        time.sleep(0.05)
+    assert len(threads) == 1, f"the dispatcher thread was replaced {len(threads) - 1} times"

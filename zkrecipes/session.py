@@ -58,6 +58,7 @@ class SessionWatcher:
     def __init__(self, client: KazooClient) -> None:
         self._client_ref = weakref.ref(client)
         self._subs: Set[Callable[[str], None]] = set()
+        self._subscribed = 0  # subscriptions ever made
         self._lock = threading.Lock()
         self._events: "queue.Queue[Tuple[Any, Optional[int]]]" = queue.Queue()  # (state, sid) or (fn, None)
         self._thread: Optional[threading.Thread] = None
@@ -79,6 +80,7 @@ class SessionWatcher:
         """Call ``fn(event)`` for every later event, on the dispatcher thread, until unsubscribed."""
         with self._lock:
             self._subs.add(fn)
+            self._subscribed += 1  # brief holds between two ticks keep the dispatcher too
             if self._thread is None:  # cleared by the thread itself as it ends, and in a forked child
                 self._thread = threading.Thread(target=self._run, name="zkrecipes-session", daemon=True)
                 self._thread.start()
@@ -117,6 +119,7 @@ class SessionWatcher:
 
     def _loop(self) -> None:
         idle_since = time.monotonic()
+        subscribed = -1
         while True:
             wait = _TICK
             if self._suspended_at is not None:
@@ -151,8 +154,8 @@ class SessionWatcher:
                     if client is None or (is_stopped(client) and self._events.empty()):
                         self._thread = None  # the client is gone or stopped: no event can come (a later
                         return  # subscribe, after a restart, starts the thread again)
-                    if self._subs:
-                        idle_since = time.monotonic()
+                    if self._subs or self._subscribed != subscribed:
+                        idle_since, subscribed = time.monotonic(), self._subscribed
                     elif time.monotonic() - idle_since > 2.0 and self._events.empty():
                         self._thread = None
                         return
