@@ -582,9 +582,11 @@ def test_tasks_with_timeouts_and_cancels_among_hundreds_leave_nothing_behind(zk_
             nonlocal got
             lock = locks[i % 3]
             if await lock.acquire(timeout=(i % 7) * 0.01 or None):
-                got += 1
-                await asyncio.sleep(0.001)
-                await lock.release()
+                try:  # a holder cancelled in its sleep releases too (else later waiters without a timeout hang)
+                    got += 1
+                    await asyncio.sleep(0.001)
+                finally:
+                    await lock.release()
 
         tasks = [asyncio.create_task(worker(i)) for i in range(300)]
         await asyncio.sleep(0.2)
