@@ -137,6 +137,7 @@ class Participant:
         until the hold is declared lost (the session expired, or suspended past the session timeout);
         a session found gone marks the hold lost, so its owner is told even this late. A lost hold's
         node, if its session lives on after all, is deleted when the client reconnects."""
+        hold.releasing = True
         try:
             if hold.state != LOST and not _drive.delete(
                 self.client, hold.node, hold.session, self.retry, gone=lambda: hold.state == LOST

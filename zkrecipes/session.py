@@ -190,12 +190,13 @@ HELD = "held"
 
 class Hold:
     """One acquired node: ``held``, ``suspended`` or ``lost`` (final). ``verify(hold)`` says whether the node
-    is still ours (on reconnection); ``cleanup(hold)`` removes one that outlived a hold declared lost.
+    is still ours (on reconnection, unless its owner is releasing it: then the delete decides);
+    ``cleanup(hold)`` removes one that outlived a hold declared lost.
     Listeners are told each change on the dispatcher thread (or the caller of :meth:`mark_lost`)."""
 
     __slots__ = (
-        "client", "node", "token", "session", "state", "released", "pin", "verified_at", "_verify", "_cleanup",
-        "_listeners", "_lock", "_watcher", "__weakref__",
+        "client", "node", "token", "session", "state", "releasing", "released", "pin", "verified_at", "_verify",
+        "_cleanup", "_listeners", "_lock", "_watcher", "__weakref__",
     )  # one per acquire: no per-instance dict
 
     def __init__(
@@ -213,6 +214,7 @@ class Hold:
         self.token = token
         self.session = session
         self.state = HELD
+        self.releasing = False  # its owner is deleting the node: that delete, not a reconnection read, decides
         self.released = False
         self.pin: object = None  # kept alive as long as the hold (a lock's local gate)
         self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
@@ -335,7 +337,7 @@ class Hold:
             except Exception:
                 log.exception("could not remove %s; it goes when the session ends", self.node)
             self._watcher.unsubscribe(self._on_event)
-        elif not self.released:
+        elif not (self.released or self.releasing):  # a read racing our own delete would find "lost"
             asked = time.monotonic()
             try:
                 ok = self._verify(self)

@@ -117,6 +117,7 @@ class Reporter:
     async def _delete_held(self, hold: Hold) -> None:
         """Participant's release of a hold, awaited: delete the node unless the hold is lost; a session
         found gone marks the hold lost (its owner is told even this late)."""
+        hold.releasing = True
         try:
             if hold.state != LOST and not await _driver.delete(
                 self.client, hold.node, hold.session, self._core.retry, gone=lambda: hold.state == LOST
