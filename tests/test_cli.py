@@ -341,6 +341,8 @@ def test_status_shows_holder_and_waiters(cli, zk):
     assert [(x["position"], x["kind"], x["identifier"], x["pid"], x["state"]) for x in rows] == [
         (0, "W", "alpha", a.pid, "holding"), (1, "R", "beta", b.pid, "waiting"), (2, "W", "gamma", c.pid, "waiting")]
     assert sorted(x["node"] for x in rows) == sorted(queue(zk, "/q"))
+    ages = [x["age"] for x in rows]  # from each node's ctime: the first queued is the oldest
+    assert ages == sorted(ages, reverse=True) and 0 <= ages[-1] <= ages[0] < 120, ages
 
     cli.release("alpha")
     cli.wait_event("beta", "start")  # the reader holds now; the writer behind it still waits

@@ -108,8 +108,9 @@ class Gate:
             return Entered.QUEUE
         return Entered.WAIT
 
-    def granted(self, me: Owner, kind: str, hold: Any) -> None:
-        """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold``, or None (miss, timeout, error)."""
+    def granted(self, me: Owner, kind: str, hold: Any, obj: Any = None) -> None:
+        """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold`` (``obj`` attached to it), or None
+        (miss, timeout, error)."""
         with self.mutex:
             self.busy = False
             if hold is not None:
@@ -117,6 +118,8 @@ class Gate:
                 self.counts[me] = Counts(write=1) if kind == WRITE else Counts(read=1)
                 if kind == WRITE:
                     self.writer = me
+                if obj is not None:
+                    self.objects.add(obj)
             if self.line or self.wakers:
                 self.changed()
 
@@ -173,6 +176,9 @@ class Gate:
     ) -> Optional[Entered]:
         """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel."""
         with self.mutex:
+            if self.hold is None and not self.busy and not self.line:  # idle: nobody to join or to wait for
+                self.busy = True
+                return Entered.QUEUE
             try:
                 while True:
                     got = self.try_enter(me, kind, hold_is_good)

@@ -155,17 +155,17 @@ class Lock(HeldView, Participant):
         hold = None
         try:
             entry = driver.run(self._protocol())
-            hold = self._make_hold(entry, pin=self._gate)  # a held lock's gate outlives its lock objects
+            hold = self._make_hold(entry, self._gate, self._on_hold)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
             self._drivers.discard(driver)
-            self._gate.granted(me, self._kind, hold)
+            self._gate.granted(me, self._kind, hold, self)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
             return False
-        self._attach(hold)
+        self._on_hold(hold.state)
         return True
 
     def release(self) -> None:

@@ -73,6 +73,9 @@ class Participant:
     # -- states and listeners ------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
+        if not self._listeners:  # nobody to tell: a plain store (a listener added meanwhile sees the next)
+            self._state = state
+            return
         with self._state_lock:
             if self._state == state:
                 return
@@ -100,12 +103,13 @@ class Participant:
                 self._listeners.remove(fn)
 
     # -- the hold lifecycle --------------------------------------------------------------------------
-    def _make_hold(self, entry: Entry, pin: object = None) -> Hold:
-        """Follow our granted node; ``pin`` lives as long as the hold (a lock's local gate)."""
+    def _make_hold(self, entry: Entry, pin: object = None, listener: Optional[Callable[[str], None]] = None) -> Hold:
+        """Follow our granted node; ``pin`` lives as long as the hold (a lock's local gate); ``listener`` is
+        told its changes."""
         watcher = self._watcher
         if watcher is None:
             watcher = self._watcher = SessionWatcher.of(self.client)
-        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher)
+        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
         hold.pin = pin
         hold.settle()  # the connection may have dropped, or the session ended, while we were granted
         return hold

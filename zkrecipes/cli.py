@@ -395,22 +395,21 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
         else:
             holding = pos == 0
             writer_ahead = True
-        rows.append(_row(len(rows), node.name, node.kind, d, node.host, now, holding))
+        rows.append(_row(len(rows), node.name, node.kind, d, node.host, now - stat.ctime / 1000.0, holding))
         rows[-1]["protocol"] = protocols.label(found)
         if node.kind == naming.LEASE:
             rows[-1]["leases"] = node.leases
     if "lock" in children:
         try:
             data, stat = client.get(f"{path}/lock")
-            rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now, True))
+            rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now - stat.ctime / 1000.0, True))
             rows[0]["protocol"] = "zkrecipes"
         except NoNodeError:
             pass
     return rows
 
 
-def _row(pos: int, name: str, kind: str, d: Dict[str, Any], host: str, now: float, holding: bool) -> Dict[str, Any]:
-    t = d.get("time")
+def _row(pos: int, name: str, kind: str, d: Dict[str, Any], host: str, age: float, holding: bool) -> Dict[str, Any]:
     return {
         "position": pos,
         "node": name,
@@ -418,7 +417,7 @@ def _row(pos: int, name: str, kind: str, d: Dict[str, Any], host: str, now: floa
         "host": d.get("host") or host,
         "pid": d.get("pid"),
         "identifier": d.get("id"),
-        "age": round(now - t, 1) if isinstance(t, (int, float)) else None,
+        "age": round(max(0.0, age), 1),  # since the node's creation (server clock; no clock is in sync)
         "state": "holding" if holding else "waiting",
     }
 

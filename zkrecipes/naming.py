@@ -14,7 +14,6 @@ import os
 import re
 import socket
 import threading
-import time
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 READ = "R"
@@ -197,10 +196,9 @@ def _static_data(identifier: Optional[str], host: str, pid: int, thread: str) ->
 
 
 def node_data(identifier: Optional[str], guid: str, host: str) -> bytes:
-    """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid."""
-    static = _static_data(identifier, host, _pid, threading.current_thread().name)
-    ms = time.time_ns() // 1_000_000  # seconds to the millisecond, without float formatting (costly)
-    return f'{static},"guid":"{guid}","time":{ms // 1000}.{ms % 1000:03d}}}'.encode()
+    """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid (when: the
+    node's ``ctime``)."""
+    return f'{_static_data(identifier, host, _pid, threading.current_thread().name)},"guid":"{guid}"}}'.encode()
 
 
 _pid = os.getpid()  # a system call: read once, and again in a forked child
@@ -218,9 +216,9 @@ if hasattr(os, "register_at_fork"):
 
 
 def new_guid() -> str:
-    """A per-acquire id, unique in this process (random per process, then counted; 32 hex digits),
-    used to find our node again after a lost create reply."""
-    return f"{_guid_base}{next(_guids):016x}"
+    """A per-acquire id, unique in this process (16 random hex digits per process, then a count), used
+    to find our node again after a lost create reply."""
+    return f"{_guid_base}{next(_guids)}"  # no format spec: cold formatting code costs more than it seems
 
 
 def read_data(data: Optional[bytes]) -> Dict[str, Any]:

@@ -208,6 +208,7 @@ class Hold:
         verify: Callable[["Hold"], bool],
         cleanup: Callable[["Hold"], None],
         watcher: Optional[SessionWatcher] = None,
+        listener: Optional[Callable[[str], None]] = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -220,7 +221,7 @@ class Hold:
         self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
         self._verify = verify
         self._cleanup = cleanup
-        self._listeners: List[Callable[[str], None]] = []
+        self._listeners: List[Callable[[str], None]] = [listener] if listener is not None else []
         self._lock = threading.Lock()
         self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
         self._watcher.subscribe(self._on_event)

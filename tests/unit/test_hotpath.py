@@ -13,7 +13,7 @@ from zkrecipes import naming
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_writes_its_own_pid_and_new_guids():
     parent_guids = {naming.new_guid() for _ in range(3)}
-    assert len(parent_guids) == 3 and all(len(g) == 32 for g in parent_guids)
+    assert len(parent_guids) == 3 and all(len(g) > 16 for g in parent_guids)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report and leave at once
