@@ -203,7 +203,7 @@ class Driver(Watches):
         raise TypeError(f"unknown protocol request {op!r}")
 
     # -- the requests -------------------------------------------------------------------------------
-    def _send(self, op: Send) -> Tuple[Any, Any]:
+    def _send(self, op: Send) -> Tuple[Any, Any, Optional[int]]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
@@ -214,7 +214,8 @@ class Driver(Watches):
         except BaseException:
             create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             raise
-        return _kazoo.outcome(create), (None if listing is None else _kazoo.outcome(listing))
+        listed = None if listing is None else _kazoo.outcome(listing)
+        return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     def _read(self, op: Read) -> Any:
         return self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))

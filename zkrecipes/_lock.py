@@ -100,7 +100,7 @@ class Lock(HeldView, Participant):
         """
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        if timeout is not None:
+        if timeout is not None and not (type(timeout) is float and timeout >= 0.0):  # (NaN fails >=)
             timeout = naming.validate_timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")

@@ -111,7 +111,8 @@ class Participant:
             watcher = self._watcher = SessionWatcher.of(self.client)
         hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
         hold.pin = pin
-        hold.settle()  # the connection may have dropped, or the session ended, while we were granted
+        if _kazoo.session_id(self.client) != entry.session:
+            hold.settle()  # the connection dropped, or the session ended, while we were granted
         return hold
 
     def _verify(self, hold: Hold) -> bool:

@@ -47,9 +47,9 @@ class Cancelled(Exception):
 # -- what a protocol asks of its driver ----------------------------------------------------------
 class Send(NamedTuple):
     """Create ``path`` (ephemeral, plus sequential in ``flags``) and, if ``listing``, list ``parent`` in the
-    same round trip. Answer: ``(create outcome, listing outcome or None)``, each a value or the exception
-    (not thrown: the protocol sorts them out). A create the driver abandons (deadline, cancel) is deleted
-    when its reply comes."""
+    same round trip. Answer: ``(create outcome, listing outcome or None, session id once the replies are
+    in)``, outcomes as values or exceptions (not thrown: the protocol sorts them out). A create the driver
+    abandons (deadline, cancel) is deleted when its reply comes."""
 
     path: str
     data: bytes
@@ -278,7 +278,7 @@ def create(
     path = f"{parent}/{name}"
     while True:
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
-        created, listed = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
+        created, listed, sid = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
         if isinstance(created, BaseException):
             if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
                 yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
@@ -303,7 +303,6 @@ def create(
                 yield Delete(entry.path, entry.session)
                 raise
         made, stat = created
-        sid = yield SESSION
         if sid is not None and sid != stat.ephemeralOwner:
             continue  # created by a session that has since expired: the node is gone
         made = made.rsplit("/", 1)[1]  # the reply's path carries the chroot: keep only the name

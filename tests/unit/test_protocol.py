@@ -21,9 +21,8 @@ def start(gen):
 
 
 def created(gen, reply):
-    """Answer the create (whose owner is then checked against the session): the next request."""
-    assert gen.send(reply) is p.SESSION
-    return gen.send(SID)
+    """Answer the create (with the session id, which its owner is checked against): the next request."""
+    return gen.send((*reply, SID))
 
 
 def new():
@@ -34,9 +33,8 @@ def test_uncontended_is_one_send_and_no_read():
     gen = new()
     op = start(gen)
     assert isinstance(op, p.Send) and op.parent == "/p" and op.flags == 3  # create and list, pipelined
-    assert gen.send((("/chroot/p/h-W-0000000003", stat()), ["h-W-0000000003", "h-W-0000000004"])) is p.SESSION
-    with pytest.raises(StopIteration) as done:  # nothing more: no second session check, never stale
-        gen.send(SID)
+    with pytest.raises(StopIteration) as done:  # nothing more: no session check of its own, never stale
+        gen.send((("/chroot/p/h-W-0000000003", stat()), ["h-W-0000000003", "h-W-0000000004"], SID))
     entry = done.value.value
     assert entry.path == "/p/h-W-0000000003"  # the reply's chroot is dropped
     assert entry.token == 7 and entry.session == SID
@@ -73,19 +71,18 @@ def test_a_deadline_while_waiting_deletes_our_node():
 def test_a_new_key_makes_its_parents_then_needs_no_listing():
     gen = new()
     start(gen)
-    assert gen.send((NoNodeError(), None)) == p.MakeParents("/p", [])
+    assert gen.send((NoNodeError(), None, SID)) == p.MakeParents("/p", [])
     op = gen.send(None)
     assert isinstance(op, p.Send) and op.parent is None  # a fresh parent: nobody can be ahead
-    assert gen.send((("/p/h-W-0000000000", stat()), None)) is p.SESSION
     with pytest.raises(StopIteration):
-        gen.send(SID)
+        gen.send((("/p/h-W-0000000000", stat()), None, SID))
 
 
 def test_our_node_from_an_expired_session_is_not_taken_for_ours():
     gen = new()
     start(gen)
-    assert gen.send((("/p/h-W-0000000003", stat(owner=SID)), ["h-W-0000000003"])) is p.SESSION
-    op = gen.send(SID + 1)  # the session changed between the create and its reply: that node is gone
+    # the session changed between the create and its reply: that node is gone
+    op = gen.send((("/p/h-W-0000000003", stat(owner=SID)), ["h-W-0000000003"], SID + 1))
     assert isinstance(op, p.Send)  # queue again, at the back
 
 
@@ -139,9 +136,8 @@ def test_a_blocker_already_gone_makes_a_lease_list_again_not_walk_its_old_listin
 def test_a_lease_with_fewer_than_n_ahead_holds_at_once():
     gen = new_sem(3)
     start(gen)
-    assert gen.send((("/s/" + lease(9, 3), stat()), [lease(7, 3), lease(8, 3), lease(9, 3)])) is p.SESSION
     with pytest.raises(StopIteration):
-        gen.send(SID)
+        gen.send((("/s/" + lease(9, 3), stat()), [lease(7, 3), lease(8, 3), lease(9, 3)], SID))
 
 
 def test_a_driver_that_cannot_say_which_node_went_makes_it_list_again():

@@ -129,8 +129,8 @@ def test_enqueue_refuses_a_foreign_listing_and_deletes_our_node():
     stat = ZnodeStat(5, 5, 0, 0, 0, 0, 0, sid, 0, 0, 5)
     gen = p.acquire("/p", [], "h-W-", b"{}", "g", predecessor)
     gen.send(None)
-    assert gen.send((("/p/h-W-0000000002", stat), [f"{KAZOO_ID}__lock__0000000001", "h-W-0000000002"])) is p.SESSION
-    assert gen.send(sid) == p.Delete("/p/h-W-0000000002", sid)
+    reply = (("/p/h-W-0000000002", stat), [f"{KAZOO_ID}__lock__0000000001", "h-W-0000000002"], sid)
+    assert gen.send(reply) == p.Delete("/p/h-W-0000000002", sid)
     with pytest.raises(LockError, match="kazoo Lock"):
         gen.send(True)
 
@@ -142,8 +142,8 @@ def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
     stat = ZnodeStat(5, 5, 0, 0, 0, 0, 0, sid, 0, 0, 5)
     gen = p.acquire("/p", [], "h-W-", b"{}", "g", predecessor)
     gen.send(None)
-    assert gen.send((("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"])) is p.SESSION
-    assert gen.send(sid) == p.Watch("/p/h-W-0000000002")
+    reply = (("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"], sid)
+    assert gen.send(reply) == p.Watch("/p/h-W-0000000002")
     assert gen.send(stat) is p.SLEEP
     assert gen.send(True) == p.Read("get_children", "/p")
     assert gen.send(["h-W-0000000001", "h-W-0000000003", f"{CURATOR_ID}lock-0000000004"]) == p.Delete(
@@ -183,5 +183,5 @@ def test_a_new_key_in_kazoo_format_gets_persistent_parents():
         proto = get(name, "lock")
         gen = p.acquire("/a/b", [], proto.prefix("h", "W", "g"), b"", "g", predecessor, protocol=proto)
         gen.send(None)
-        assert gen.send((NoNodeError(), NoNodeError())) == p.MakeParents("/a/b", [], container)
+        assert gen.send((NoNodeError(), NoNodeError(), None)) == p.MakeParents("/a/b", [], container)
         gen.close()

@@ -204,7 +204,7 @@ class AioDriver(_drive.Watches):
         self.check()
 
     # -- the requests ----------------------------------------------------------------------------
-    async def _send(self, op: Send) -> Tuple[Any, Any]:
+    async def _send(self, op: Send) -> Tuple[Any, Any, Optional[int]]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
@@ -222,7 +222,8 @@ class AioDriver(_drive.Watches):
                 chroot = self.client.chroot
                 await delete(self.client, path[len(chroot):] if chroot else path, stat.ephemeralOwner, self.policy)
             raise
-        return _kazoo.outcome(create), (None if listing is None else _kazoo.outcome(listing))
+        listed = None if listing is None else _kazoo.outcome(listing)
+        return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     async def call(self, start: Callable[[], _kazoo.AsyncResult]) -> Any:
         """Run an idempotent async operation ``start()`` with retries, bounded by the deadline and cancel."""
