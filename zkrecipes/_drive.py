@@ -273,7 +273,10 @@ class Driver(Watches):
         """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel
         (checked every 0.2 s: callers check once before they send)."""
         deadline = self.deadline
-        while not ar.wait(0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))):
+        while True:
+            left = 0.2 if deadline is None else deadline - time.monotonic()  # (no min/max: cold calls cost)
+            if ar.wait(0.2 if left >= 0.2 else left if left > 0.0 else 0.0):
+                return
             self.check()
 
     def wait_result(self, ar: _kazoo.AsyncResult) -> Any:
@@ -457,10 +460,13 @@ def _delete_once(
     if session is not None and sid is not None and sid != session:
         raise _SessionGone()  # our session is gone, and the node with it: never delete a successor's
     ar = _kazoo.delete_async(client, path)  # queued by kazoo until reconnected; dropped if the session ends
-    while not ar.wait(max(0.0, min(0.2, deadline - time.monotonic()))):
+    while True:
+        left = deadline - time.monotonic()
+        if ar.wait(left if left < 0.2 else 0.2):  # our Result: a negative wait returns at once
+            break
         if gone is not None and gone():
             raise _SessionGone()
-        if time.monotonic() >= deadline:
+        if left <= 0.0:
             ar.get(timeout=0)  # kazoo's timeout error
     exc = _kazoo.outcome(ar)
     if isinstance(exc, BaseException):

@@ -80,7 +80,7 @@ class Result:
 
     def wait(self, timeout: Optional[float] = None) -> bool:
         if self._exception is _NOT_SET:
-            if self._latch.acquire(True, -1 if timeout is None else max(0.0, timeout)):
+            if self._latch.acquire(True, -1 if timeout is None else (timeout if timeout > 0.0 else 0.0)):
                 self._latch.release()  # let the next waiter through too
         return self._exception is not _NOT_SET
 

@@ -6,7 +6,6 @@ Every validator raises ``TypeError``/``ValueError`` naming the bad value, before
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
@@ -190,15 +189,29 @@ def sort_queue(children: Iterable[str]) -> List[QueueNode]:
     return nodes
 
 
-@functools.lru_cache(maxsize=256)
-def _static_data(identifier: Optional[str], host: str, pid: int, thread: str) -> str:
-    return json.dumps({"host": host, "pid": pid, "id": identifier, "thread": thread}, separators=(",", ":"))[:-1]
+class _PerThread(threading.local):
+    statics: Dict[Tuple[Optional[str], str], str]  # (identifier, host) -> the start of our node data
+
+    def __init__(self) -> None:
+        self.statics = {}
+
+
+_per_thread = _PerThread()
 
 
 def node_data(identifier: Optional[str], guid: str, host: str) -> bytes:
-    """The small JSON stored in each lock node: who holds or waits, and a per-acquire guid (when: the
-    node's ``ctime``)."""
-    return f'{_static_data(identifier, host, _pid, threading.current_thread().name)},"guid":"{guid}"}}'.encode()
+    """The small JSON stored in each lock node: who holds or waits (``thread``: its name when it first
+    queued a node with this identifier), and a per-acquire guid (when: the node's ``ctime``)."""
+    statics = _per_thread.statics
+    static = statics.get((identifier, host))
+    if static is None:
+        if len(statics) >= 64:  # a thread cycling through many identifiers: stay bounded
+            statics.clear()
+        static = statics[identifier, host] = json.dumps(
+            {"host": host, "pid": _pid, "id": identifier, "thread": threading.current_thread().name},
+            separators=(",", ":"),
+        )[:-1]
+    return f'{static},"guid":"{guid}"}}'.encode()
 
 
 _pid = os.getpid()  # a system call: read once, and again in a forked child
@@ -209,6 +222,7 @@ _guid_base = os.urandom(8).hex()
 def _after_fork() -> None:  # a forked child has its own pid and must not repeat its parent's guids
     global _pid, _guids, _guid_base
     _pid, _guids, _guid_base = os.getpid(), itertools.count(), os.urandom(8).hex()
+    _per_thread.statics = {}  # they carry the parent's pid
 
 
 if hasattr(os, "register_at_fork"):
