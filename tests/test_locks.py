@@ -376,7 +376,7 @@ def test_interrupt_while_waiting_leaves_no_node_and_no_watch(zk, zk_factory, zk_
     def interrupted(self) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Driver, "_sleep", interrupted)
+    monkeypatch.setattr(Driver, "_sleep_for_deletion", interrupted)
     with pytest.raises(KeyboardInterrupt):
         lock.acquire(timeout=10)
     monkeypatch.undo()

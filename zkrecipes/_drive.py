@@ -118,7 +118,8 @@ class Watches:
             _kazoo.remove_data_watch(self.client, path, self._on_watch)
         self._watched.clear()
 
-    def _close_watches(self) -> None:
+    def close(self) -> None:
+        """Drop our watches and the session subscription (the acquire is over)."""
         self.unwatch()
         if self._session is not None:
             self._session.unsubscribe(self._on_session)
@@ -221,7 +222,18 @@ class Driver(Watches):
         return self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
 
     def _make_parents(self, op: MakeParents) -> None:
-        make_parents(self.client, op.path, op.acl, self.call, op.container)
+        steps = parent_steps(self.client, op.path, op.acl, op.container)
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            try:
+                start = steps.throw(error) if error is not None else steps.send(value)
+            except StopIteration:
+                return
+            try:
+                value, error = self.call(start), None
+            except BaseException as exc:  # thrown into the steps: they decide (a NoNode climbs)
+                value, error = None, exc
 
     def _watch(self, op: Watch) -> Any:
         """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
@@ -259,9 +271,6 @@ class Driver(Watches):
         self._seen(event)
         self.interrupt()
 
-    def remaining(self) -> Optional[float]:
-        return None if self.deadline is None else self.deadline - time.monotonic()
-
     def check(self) -> None:
         """Raise Cancelled or DeadlinePassed if the acquire must stop."""
         if self.cancel.is_set():
@@ -279,41 +288,32 @@ class Driver(Watches):
                 return
             self.check()
 
-    def wait_result(self, ar: _kazoo.AsyncResult) -> Any:
-        """Wait for a kazoo async result (see :meth:`_wait_ready`); its value, or its error raised."""
+    def _result(self, ar: _kazoo.AsyncResult) -> Any:
         self._wait_ready(ar)
         return ar.get()
 
     def call(self, start: Callable[[], _kazoo.AsyncResult]) -> Any:
         """Run an idempotent async operation ``start()`` with retries, bounded by the deadline."""
         try:
-            return retry.call(lambda: self.wait_result(start()), deadline=self.deadline, policy=self.policy)
+            return retry.call(lambda: self._result(start()), deadline=self.deadline, policy=self.policy)
         except retry.TRANSIENT:
             self.check()
             raise
 
     def _sleep_for_deletion(self) -> FrozenSet[str]:
-        """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
-        if self._told():
-            self.check()
-            self._wake().clear()  # told already: the wake-up it set is used up (a later one sets it again)
-        else:
-            self._sleep()
-        return self._take_deleted()
-
-    def _sleep(self) -> None:
-        """Block until a wake-up, the deadline or a cancel (the latter two raise)."""
+        """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up;
+        raises at the deadline, on a cancel, or at once for a non-blocking attempt."""
         wake = self._wake()
         self.check()
-        if self.nowait:
-            raise DeadlinePassed()
-        while not wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.remaining() or 0.0))):
+        if not self._told():
+            if self.nowait:
+                raise DeadlinePassed()
+            while not wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.deadline - time.monotonic()))):
+                self.check()
             self.check()
-        wake.clear()
-        self.check()
+        wake.clear()  # the wake-up is used up (a later one sets it again)
+        return self._take_deleted()
 
-    def close(self) -> None:
-        self._close_watches()
 
 
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
@@ -353,10 +353,6 @@ def _delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], No
         client.delete_async(made[len(client.chroot):] if client.chroot else made)  # the reply carries the chroot
 
     return cb
-
-
-def _blocking(start: Callable[[], _kazoo.AsyncResult]) -> Any:
-    return start().get()
 
 
 Steps = Generator[Callable[[], _kazoo.AsyncResult], Any, None]  # yields operations to start, is sent their values
@@ -404,25 +400,6 @@ def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL], container: 
         if not missing:
             return
     raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
-
-
-def make_parents(
-    client: KazooClient, path: str, acl: Sequence[ACL], call: Callable[..., Any] = _blocking, container: bool = True
-) -> None:
-    """Run :func:`parent_steps` on this thread. ``call(start)`` runs one async operation and returns its
-    value; the default blocks, a :class:`Driver` bounds it by a deadline and retries."""
-    steps = parent_steps(client, path, acl, container)
-    value: Any = None
-    error: Optional[BaseException] = None
-    while True:
-        try:
-            start = steps.throw(error) if error is not None else steps.send(value)
-        except StopIteration:
-            return
-        try:
-            value, error = call(start), None
-        except BaseException as exc:  # thrown into the steps: they decide (a NoNode climbs)
-            value, error = None, exc
 
 
 class _SessionGone(Exception):

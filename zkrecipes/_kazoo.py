@@ -34,12 +34,10 @@ _links = threading.Lock()  # guards Result callbacks (rare: an abandoned create)
 
 
 class Result:
-    """A one-shot result for the requests the hot path sends itself (create+list, delete): what kazoo's
-    I/O thread needs of an async result (``set``, ``set_exception``, truth) and what our driver uses
-    of :class:`kazoo.interfaces.IAsyncResult` (``ready``, ``wait``, ``get``, ``value``, ``exception``,
-    ``rawlink``), on one plain lock instead of a Condition over an RLock: about a third of the client
-    CPU of kazoo's own, per request. Callbacks run on the handler's completion thread, as kazoo's do.
-    kazoo's connection (2.9.0-2.11.0) only calls ``set``/``set_exception`` on the objects it is given."""
+    """The hot path's one-shot async result (create+list, delete): the part of kazoo's IAsyncResult that
+    kazoo's I/O thread (``set``, ``set_exception``; 2.9.0-2.11.0) and our drivers use, on one plain lock
+    instead of a Condition over an RLock (a third of the client CPU). Callbacks run on the handler's
+    completion thread, as kazoo's do."""
 
     __slots__ = ("value", "_exception", "_latch", "_handler", "_callbacks")
 
@@ -184,11 +182,7 @@ def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult
     small machine). Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and ``_call``
     (2.9.0-2.11.0); paths must already carry the chroot.
     """
-    handler = client.handler
-    if isinstance(handler, SequentialThreadingHandler):
-        results = [Result(handler) for _ in requests]
-    else:
-        results = [handler.async_result() for _ in requests]
+    results = [_result(client) for _ in requests]
     write_sock = client._connection._write_sock
     if client._state in _UNUSABLE or write_sock is None:
         for req, ar in zip(requests, results):

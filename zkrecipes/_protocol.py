@@ -1,21 +1,16 @@
 """The engine, free of I/O, threads and clocks: every recipe's acquire, written once as generators.
 
-A protocol generator *yields* what it needs -- a create pipelined with a listing, a read, a watch, a
-wait for a wake-up, a delete -- and is *sent* the answer (or has the error thrown into it). A driver
-performs the requests: :mod:`zkrecipes._drive` on the calling thread with kazoo's async results; an
-asyncio driver can run the same generators on an event loop. Drivers also bound everything by the
-acquire's deadline and its cancel, which they throw in as :class:`DeadlinePassed` / :class:`Cancelled`;
-the generators then delete the node they made, so no exit but success leaves a node behind.
+A protocol generator *yields* what it needs (a create pipelined with a listing, a read, a watch, a
+wait, a delete) and is *sent* the answer or has the error thrown in. A driver performs the requests:
+:mod:`zkrecipes._drive` on the calling thread, :mod:`zkrecipes.aio._driver` on an event loop. Drivers
+bound everything by the acquire's deadline and cancel, thrown in as :class:`DeadlinePassed` /
+:class:`Cancelled`; the generators then delete the node they made: no exit but success leaves one.
 
-The queue algorithm (etcd's ``concurrency/mutex.go`` shape): create our ephemeral-sequential node and
-list the queue in one round trip; ask the recipe's *wait-rule* which node ahead blocks us; watch only
-that one; when it goes, ask again. A wait-rule is ``rule(ahead, me) -> blocker | None`` over the nodes
-ahead of ours in queue order; it must be monotone (removing nodes ahead never creates a blocker).
-
-A rule may also return a sequence of blockers (a semaphore's waiter: its ``max_leases`` nearest nodes
-ahead). The engine then watches them all and sleeps until any of them goes; a rule that returns several
-must stay correct when given a superset of the nodes ahead (nodes only join behind us, so the engine
-keeps the last listing minus the nodes it saw go, and never needs to list again).
+The queue (etcd's ``concurrency/mutex.go`` shape): create our ephemeral-sequential node and list the
+queue in one round trip; ask the recipe's *wait-rule* ``rule(ahead, me) -> blocker(s) | None`` which
+nodes ahead block us; watch those; when one goes, ask again. The rule may be given the last listing
+minus the nodes seen go (a superset: nodes only join behind us), so it must be monotone (removing nodes
+ahead never creates a blocker).
 """
 
 from __future__ import annotations
@@ -100,8 +95,7 @@ class _Plain(NamedTuple):
 SESSION = _Plain("session")  # answer: the client's session id now, or None between connections
 STALE = _Plain("stale")  # answer: True if a grant now would rest on old news (the process stood still)
 # SLEEP: wait for a wake-up; answer: the set of watched paths deleted (a frozenset, empty if woken by
-# something else: a session event, a data change, a cancel). A driver may answer a bool instead (True: a
-# watched node was deleted, which one unknown): the protocol then lists the queue again.
+# something else: a session event, a data change, a cancel)
 SLEEP = _Plain("sleep")
 PAUSE = _Plain("pause")  # wait a moment (a new session is being set up); wakes early on any event
 UNWATCH = _Plain("unwatch")  # drop our watches
@@ -164,11 +158,8 @@ def acquire(
                 return entry
             waited = True
             try:
-                if isinstance(found, QueueNode):
-                    relist = yield from _wait_one(parent, found, ahead)
-                else:
-                    relist = yield from _wait_any(parent, list(found), ahead, watched)
-                if relist:  # nodes ahead may be gone that we did not watch: list the queue once
+                blockers = [found] if isinstance(found, QueueNode) else list(found)
+                if (yield from _wait(parent, blockers, ahead, watched)):  # our listing is old: list again
                     listed = yield from _ahead(parent, entry, protocol)
                     if listed is None:
                         entry = None  # our node is gone (deleted, or with an expired session)
@@ -184,49 +175,30 @@ def acquire(
         raise
 
 
-def _wait_one(parent: str, blocker: QueueNode, ahead: List[QueueNode]) -> Proto[bool]:
-    """Watch ``blocker`` and sleep until it goes; True if the queue must be listed again."""
-    path = f"{parent}/{blocker.name}"
-    if (yield Watch(path)) is None:
-        return True  # gone, and nodes ahead of it may be gone too
-    deleted = yield SLEEP
-    if not deleted:
-        return False  # woken by the session or a data change: look again
-    if deleted is not True and path not in deleted:
-        return False
-    if blocker is ahead[0]:
-        # it was the head of our listing and nodes only join behind us: no read needed
-        ahead.remove(blocker)
-        return False
-    return True
-
-
-def _wait_any(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Proto[bool]:
-    """Watch every blocker (adding only those not watched yet; the others' watches stay) and sleep until
-    any goes; the nodes seen go are dropped from ``ahead``, a superset of the queue ahead of us. True if
-    the queue must be listed again: a blocker was already gone (our listing is old: walking it node by
-    node would cost a read per stale node), or after a deletion nodes ahead remain that no watch of ours
-    vouches for (they may have gone unseen). Otherwise -- every node ahead watched -- no read is needed."""
+def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Proto[bool]:
+    """Watch the blockers not watched yet (the others' watches stay) and sleep until one goes; the nodes
+    seen go leave ``ahead``. True if the queue must be listed again: a blocker was already gone (our
+    listing is old), or nodes ahead of a deleted blocker remain that no watch of ours vouches for (they
+    may have gone unseen; a listing also shows a foreign node that joined). A deleted head needs no read:
+    nodes only join behind us."""
     paths = {f"{parent}/{b.name}": b for b in blockers}
     if not watched <= paths.keys():
         watched.clear()  # the blockers changed other than by deletion: set every watch afresh
     for path in paths:
-        if path in watched:
-            continue
-        if (yield Watch(path, keep=bool(watched))) is None:
-            return True
-        watched.add(path)
+        if path not in watched:
+            if (yield Watch(path, keep=bool(watched))) is None:
+                return True
+            watched.add(path)
     deleted = yield SLEEP
-    if deleted is True:
-        return True
     if not deleted:
         watched.clear()  # woken by the session or a data change: watch again
         return False
-    for path in paths:
-        if path in deleted:
-            watched.discard(path)
-            ahead.remove(paths[path])
-    return any(f"{parent}/{n.name}" not in watched for n in ahead)
+    watched.difference_update(deleted)
+    first = min(ahead.index(paths[p]) for p in deleted)
+    unvouched = any(f"{parent}/{n.name}" not in watched for n in ahead[:first])
+    for path in deleted:
+        ahead.remove(paths[path])
+    return unvouched
 
 
 def _ahead(parent: str, entry: Entry, protocol: Protocol) -> Proto[Optional[List[QueueNode]]]:

@@ -132,7 +132,7 @@ def test_enqueue_refuses_a_foreign_listing_and_deletes_our_node():
     reply = (("/p/h-W-0000000002", stat), [f"{KAZOO_ID}__lock__0000000001", "h-W-0000000002"], sid)
     assert gen.send(reply) == p.Delete("/p/h-W-0000000002", sid)
     with pytest.raises(LockError, match="kazoo Lock"):
-        gen.send(True)
+        gen.send(None)
 
 
 def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
@@ -145,11 +145,11 @@ def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
     reply = (("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"], sid)
     assert gen.send(reply) == p.Watch("/p/h-W-0000000002")
     assert gen.send(stat) is p.SLEEP
-    assert gen.send(True) == p.Read("get_children", "/p")
+    assert gen.send(frozenset({"/p/h-W-0000000002"})) == p.Read("get_children", "/p")
     assert gen.send(["h-W-0000000001", "h-W-0000000003", f"{CURATOR_ID}lock-0000000004"]) == p.Delete(
         "/p/h-W-0000000003", sid)
     with pytest.raises(LockError, match="Curator InterProcessMutex"):
-        gen.send(True)
+        gen.send(None)
 
 
 def test_protocol_is_checked_before_any_zookeeper_call():

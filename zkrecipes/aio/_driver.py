@@ -308,7 +308,7 @@ class AioDriver(_drive.Watches):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._close_watches()
+        super().close()
 
 
 class _SessionGone(Exception):
