@@ -61,13 +61,7 @@ class Watches:
     __slots__ = ("client", "_deleted", "_deleted_at", "_since", "_watched", "_session")
 
     client: KazooClient
-
-    def _init_watches(self) -> None:
-        self._deleted: Set[str] = set()
-        self._deleted_at: Optional[float] = None
-        self._since = 0.0
-        self._watched: Set[str] = set()  # paths our data watches are on
-        self._session: Optional[SessionWatcher] = None  # subscribed once we have to wait
+    _session: Optional[SessionWatcher]  # None until the first watch (a driver's __init__ sets it)
 
     def _on_watch(self, event: WatchedEvent) -> None:
         raise NotImplementedError
@@ -76,11 +70,15 @@ class Watches:
         raise NotImplementedError
 
     def _subscribe(self) -> None:
-        """Before the first watch: session events wake a sleeping waiter (an uncontended one never sleeps)."""
+        """Before the first watch: session events wake a sleeping waiter, and watches are recorded (an
+        uncontended acquire never gets here)."""
         if self._session is None:
+            self._deleted: Set[str] = set()
+            self._deleted_at: Optional[float] = None
+            self._watched: Set[str] = set()  # paths our data watches are on
+            self._since = time.monotonic()
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
-            self._since = time.monotonic()
 
     def _watching(self, path: str) -> None:
         self._deleted.discard(path)  # a path made again (ExclusiveLock's node) is watched afresh
@@ -114,14 +112,16 @@ class Watches:
         )
 
     def unwatch(self) -> None:
+        if self._session is None:
+            return  # never watched
         for path in self._watched:
             _kazoo.remove_data_watch(self.client, path, self._on_watch)
         self._watched.clear()
 
     def close(self) -> None:
         """Drop our watches and the session subscription (the acquire is over)."""
-        self.unwatch()
         if self._session is not None:
+            self.unwatch()
             self._session.unsubscribe(self._on_session)
             self._session = None
 
@@ -148,7 +148,7 @@ class Driver(Watches):
         self.cancel = cancel
         self.policy = policy
         self.wake: Optional[threading.Event] = None  # made before the first wait (see interrupt())
-        self._init_watches()
+        self._session = None
 
     def interrupt(self) -> None:
         """Wake a waiting acquire (call after setting its cancel; any thread). A driver that has no
@@ -185,8 +185,7 @@ class Driver(Watches):
                 except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the protocol cleans up
                     send, error = None, exc
         finally:
-            if self._watched or self._session is not None:
-                self.close()
+            self.close()
 
     def _plain(self, op: Any) -> Any:
         if op is STALE:
@@ -239,10 +238,10 @@ class Driver(Watches):
         """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
         missing node it leaves no watch behind to remove."""
         wake = self._wake()
+        self._subscribe()
         if not op.keep:
             self.unwatch()
             wake.clear()  # (not with keep: a watch set just before may have fired already)
-        self._subscribe()
         sent: List[_kazoo.AsyncResult] = []
 
         def start() -> _kazoo.AsyncResult:
@@ -420,7 +419,10 @@ def delete(
     while waiting for a connection; else True."""
     deadline = time.monotonic() + timeout
     try:
-        retry.call(_delete_once, client, path, session, deadline, gone, deadline=deadline, policy=policy)
+        try:
+            _delete_once(client, path, session, deadline, gone)
+        except retry.TRANSIENT:  # retried (tenacity) only once the first attempt failed
+            retry.call(_delete_once, client, path, session, deadline, gone, deadline=deadline, policy=policy)
     except NoNodeError:
         pass
     except (SessionExpiredError, _SessionGone):

@@ -182,7 +182,9 @@ def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult
     small machine). Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and ``_call``
     (2.9.0-2.11.0); paths must already carry the chroot.
     """
-    results = [_result(client) for _ in requests]
+    handler = client.handler
+    threads = type(handler) is SequentialThreadingHandler
+    results = [Result(handler) if threads else handler.async_result() for _ in requests]
     write_sock = client._connection._write_sock
     if client._state in _UNUSABLE or write_sock is None:
         for req, ar in zip(requests, results):

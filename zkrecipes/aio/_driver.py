@@ -92,7 +92,7 @@ class AioDriver(_drive.Watches):
         self._waiter: Optional["asyncio.Future[Any]"] = None  # the future this acquire awaits now
         self._wakeable = False  # the waiter is a sleep (a wake-up ends it), not a request's reply
         self._woken = False
-        self._init_watches()
+        self._session = None
         self._timer: Optional[asyncio.TimerHandle] = None
         if deadline is not None:
             self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self.interrupt, DeadlinePassed)
@@ -260,10 +260,10 @@ class AioDriver(_drive.Watches):
     async def _watch(self, op: Watch) -> Any:
         """Set a data watch, our only one unless ``op.keep`` (a ``get``: on a missing node it leaves no
         watch to remove)."""
+        self._subscribe()
         if not op.keep:
             self.unwatch()
             self._woken = False  # (not with keep: a watch set just before may have fired already)
-        self._subscribe()
         sent: List[_kazoo.AsyncResult] = []
 
         def start() -> _kazoo.AsyncResult:
