@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--hosts")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    ap.add_argument("--rounds", type=int, default=25)
+    ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--ops", type=int, default=100)
     ap.add_argument("--handoffs", type=int, default=50)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
