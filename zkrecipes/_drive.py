@@ -212,7 +212,7 @@ class Driver(Watches):
             if not create.ready():
                 self._wait_ready(create)
         except BaseException:
-            create.rawlink(_delete_if_created(self.client))  # abandoned mid-flight: delete it if made
+            create.rawlink(delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             raise
         listed = None if listing is None else _kazoo.outcome(listing)
         return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
@@ -340,7 +340,7 @@ def _forget_watch(client: KazooClient, path: str, fn: Callable[..., Any]) -> Cal
     return cb
 
 
-def _delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], None]:
+def delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], None]:
     """A callback for a create abandoned mid-flight: if it succeeds after all, delete the node."""
 
     def cb(ar: _kazoo.AsyncResult) -> None:

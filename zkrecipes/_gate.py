@@ -20,12 +20,12 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from kazoo.client import KazooClient
 
 from .errors import LockError
-from .naming import READ, WRITE
+from .naming import READ, WRITE, QueueNode, distance
 
 Owner = Hashable  # a thread ident, or an asyncio task
 
@@ -157,6 +157,24 @@ class Gate:
             self.busy = False
             if self.line or self.wakers:
                 self.changed()
+
+    def unchecked_read_hold(self, me: Owner) -> Any:
+        """The read hold a new local reader ``me`` would join, if nobody has looked behind its node for
+        a writer yet (see :meth:`look_behind`); else None."""
+        with self.mutex:
+            hold = self.hold
+            if hold is None or self.mode != READ or self.writer_behind is hold or me in self.counts:
+                return None
+            return hold
+
+    def look_behind(self, hold: Any, mine: Optional[QueueNode], queue: Sequence[QueueNode]) -> None:
+        """``queue`` was listed for read hold ``hold`` (our node ``mine``): if a node that is not a
+        reader is queued behind ours, later local readers queue in ZooKeeper behind it instead of
+        joining our node, so steady local reads cannot starve it."""
+        if mine is not None and any(n.kind != READ and distance(n.sequence, mine.sequence) > 0 for n in queue):
+            with self.mutex:
+                if self.hold is hold:
+                    self.writer_behind = hold
 
     def held_by(self, me: Owner, kind: str) -> Any:
         """The hold if ``me`` holds side ``kind``, else None."""

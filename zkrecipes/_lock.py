@@ -11,7 +11,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Callable, Iterator, List, Literal, Optional, Set
+from typing import Callable, Iterator, List, Literal, Optional, Set, Tuple
 
 from . import _gate, _kazoo, _protocol, naming
 from ._drive import Driver
@@ -121,15 +121,11 @@ class Lock(HeldView, Participant):
         return self._acquire_zk(me, blocking, deadline)
 
     def _look_for_writers(self, deadline: Optional[float]) -> None:
-        """Before a thread joins this process's read hold: is a writer queued behind our node? Joining
-        then would overtake it, and steady local reads would keep the node, starving it. One listing per
-        hold; a writer seen is remembered in the gate, so later threads queue behind it without asking."""
-        g = self._gate
-        with g.mutex:
-            hold = g.hold
-            if hold is None or g.mode != naming.READ or g.writer_behind is hold or threading.get_ident() in g.counts:
-                return
-        mine = self._proto.parse(hold.node.rsplit("/", 1)[1])
+        """Before a thread joins this process's read hold: one listing per hold (see
+        :meth:`Gate.look_behind <zkrecipes._gate.Gate.look_behind>`)."""
+        hold = self._gate.unchecked_read_hold(threading.get_ident())
+        if hold is None:
+            return
         limit = _kazoo.session_timeout(self.client)
         if deadline is not None:
             limit = max(0.0, min(limit, deadline - time.monotonic()))
@@ -137,13 +133,7 @@ class Lock(HeldView, Participant):
             names = self.client.get_children_async(self.path).get(timeout=limit)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        if mine is None:
-            return
-        behind = (n for n in self._proto.sort(names) if naming.distance(n.sequence, mine.sequence) > 0)
-        if any(n.kind != naming.READ for n in behind):
-            with g.mutex:
-                if g.hold is hold:
-                    g.writer_behind = hold
+        self._gate.look_behind(hold, self._proto.parse(hold.node.rsplit("/", 1)[1]), self._proto.sort(names))
 
     def _acquire_zk(self, me: int, blocking: bool, deadline: Optional[float]) -> bool:
         if self.lost.is_set():
@@ -266,3 +256,14 @@ class Lock(HeldView, Participant):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"
+
+
+# -- for the asyncio front, whose locks drive a threaded lock's declarations on their loop ------------
+def declared(lock: Lock) -> Tuple[str, str]:
+    """``lock``'s recipe declarations: its node kind and its gate family."""
+    return lock._kind, lock._family
+
+
+def acquire_protocol(lock: Lock) -> Proto[Entry]:
+    """A new acquire protocol for ``lock`` (its recipe's rule and node format)."""
+    return lock._protocol()

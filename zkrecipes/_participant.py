@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -168,3 +168,18 @@ class Participant:
         path does not exist). Connection errors are raised, not hidden."""
         return _drive.contenders(self.client, self.path)
 
+
+# -- for the modules that follow a participant's holds from outside it (asyncio front, transactions) --
+def make_hold(p: Participant, entry: Entry, pin: object = None) -> Hold:
+    """Follow ``p``'s granted node (see :meth:`Participant._make_hold`)."""
+    return p._make_hold(entry, pin)
+
+
+def check_hold(p: Participant, hold: Hold, what: str) -> None:
+    """Raise LockLost unless ``hold`` of ``p`` is certain (see :meth:`Participant._check_hold`)."""
+    p._check_hold(hold, what)
+
+
+def node_format(p: Participant) -> Tuple[protocols.Protocol, List[ACL]]:
+    """``p``'s node format and the ACL applied to every node it makes."""
+    return p._proto, p._acl

@@ -23,7 +23,7 @@ from . import _drive, _protocol, naming, retry
 from ._drive import Driver
 from ._lock import predecessor
 from ._participant import Participant
-from ._protocol import Cancelled, DeadlinePassed
+from ._protocol import Cancelled, DeadlinePassed, Entry, Proto
 from .errors import LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold
@@ -90,6 +90,12 @@ class LeaderElection(TermView, Participant):
         self._notify = threading.RLock()
 
     # -- campaigning -------------------------------------------------------------------------------
+    def _protocol(self) -> Proto[Entry]:
+        """A candidate's queue: the predecessor rule, our node read back before we lead."""
+        prefix, data, guid = self._proto.node(self.host, naming.WRITE, self.identifier)
+        rule = predecessor
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, rule, confirm=True, protocol=self._proto)
+
     def campaign(self, timeout: Optional[float] = None) -> bool:
         """Become a candidate and wait until leader; True once leader (at once if already leader).
 
@@ -115,12 +121,8 @@ class LeaderElection(TermView, Participant):
             driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry)
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
-        proto = self._proto
-        prefix, data, guid = proto.node(self.host, naming.WRITE, self.identifier)
         try:
-            entry = driver.run(
-                _protocol.acquire(self.path, self._acl, prefix, data, guid, predecessor, confirm=True, protocol=proto)
-            )
+            entry = driver.run(self._protocol())
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -310,3 +312,7 @@ class LeaderWatch:
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
+
+def campaign_protocol(election: LeaderElection) -> Proto[Entry]:
+    """A new campaign protocol for ``election`` (for the asyncio front, which drives it on its loop)."""
+    return election._protocol()

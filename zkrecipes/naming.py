@@ -126,7 +126,7 @@ def parse(name: str) -> Optional[QueueNode]:
     head, sep, tail = name.rpartition("-")
     if sep and len(tail) == 10 and tail.isdigit() and tail.isascii() and head[-2:] in ("-R", "-W"):
         return QueueNode(name, head[:-2], head[-1], int(tail))  # fast path: our own names
-    split = _split(name)
+    split = split_sequence(name)
     if split is None:
         return None
     head, seq = split
@@ -138,7 +138,7 @@ def parse(name: str) -> Optional[QueueNode]:
     return QueueNode(name, "", WRITE, seq)
 
 
-def _split(name: str) -> Optional[Tuple[str, int]]:
+def split_sequence(name: str) -> Optional[Tuple[str, int]]:
     """``(head, sequence)`` of a name ending in ZooKeeper's sequence suffix, or None.
 
     ZooKeeper appends ``%010d`` of the parent's signed 32-bit child counter: ten digits, or past 2^31-1
@@ -163,7 +163,7 @@ def sequence(name: str) -> Optional[int]:
         before = name[-11:-10]
         if (before == "-" and name[-12:-11] not in ("-", "_")) or not (before == "-" or before.isdigit()):
             return int(tail)
-    split = _split(name)
+    split = split_sequence(name)
     return None if split is None else split[1]
 
 

@@ -89,7 +89,7 @@ def own(name: str) -> Optional[QueueNode]:
     head, sep, tail = name.rpartition("-")
     if sep and len(tail) == 10 and tail.isdigit() and tail.isascii() and head[-2:] in ("-R", "-W"):
         return QueueNode(name, head[:-2], head[-1], int(tail))  # fast path
-    split = naming._split(name)
+    split = naming.split_sequence(name)
     if split is None:
         return None
     if split[0].endswith(_OWN_TAGS):

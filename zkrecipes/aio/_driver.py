@@ -42,7 +42,7 @@ log = logging.getLogger("zkrecipes.aio")
 
 def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
     """Run ``fn(*args)`` on ``loop``'s thread: now if we are on it, else via ``call_soon_threadsafe``."""
-    if _loop_of_thread() is loop:
+    if loop_of_thread() is loop:
         fn(*args)
         return
     try:
@@ -51,7 +51,7 @@ def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: An
         pass
 
 
-def _loop_of_thread() -> Optional[asyncio.AbstractEventLoop]:
+def loop_of_thread() -> Optional[asyncio.AbstractEventLoop]:
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
@@ -216,7 +216,7 @@ class AioDriver(_drive.Watches):
         except BaseException:
             made = _kazoo.outcome(create) if create.ready() else None
             if made is None:
-                create.rawlink(_drive._delete_if_created(self.client))  # abandoned mid-flight: delete it if made
+                create.rawlink(_drive.delete_if_created(self.client))  # abandoned mid-flight: delete it if made
             elif not isinstance(made, BaseException):  # made, and its reply is here: delete it before we go
                 path, stat = made
                 chroot = self.client.chroot

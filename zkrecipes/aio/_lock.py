@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Opti
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
-from .. import _gate, naming
+from .. import _gate, _participant, naming
+from .. import _lock as _core_lock
 from .. import exclusive as _exclusive
 from .. import fair as _fair
 from .. import rwlock as _rwlock
@@ -143,7 +144,7 @@ class Lock(HeldView, Reporter):
     def _wrap(self, core: _CoreLock) -> None:
         super().__init__(core)
         self._lock_core = core
-        self._kind = core._kind
+        self._kind, self._family = _core_lock.declared(core)
         self._setup_gate()
         self._cancelled = False
         self._drivers: Set[AioDriver] = set()
@@ -151,7 +152,7 @@ class Lock(HeldView, Reporter):
 
     def _setup_gate(self) -> None:
         # tasks get their own gates (and so their own node), apart from the threads of this process
-        self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._lock_core._family)
+        self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._family)
 
     # -- acquire / release ---------------------------------------------------------------------------
     async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -183,26 +184,17 @@ class Lock(HeldView, Reporter):
         return await self._acquire_zk(me, blocking, deadline)
 
     async def _look_for_writers(self, me: object, deadline: Optional[float]) -> None:
-        """As the threaded ReadLock: before a task joins our read hold, is a writer queued behind our
-        node? Then later tasks queue behind it instead (no writer starvation)."""
-        g = self._gate
-        with g.cond:
-            hold = g.hold
-            if hold is None or g.mode != naming.READ or g.writer_behind is hold or me in g.counts:
-                return
-        mine = naming.parse(hold.node.rsplit("/", 1)[1])
+        """As the threaded ReadLock: one listing per read hold, before a task joins it."""
+        hold = self._gate.unchecked_read_hold(me)
+        if hold is None:
+            return
         limit = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
             names = await asyncio.wait_for(_driver.result(self.client.get_children_async(self.path)), limit)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        if mine is None:
-            return
-        behind = (n for n in naming.sort_queue(names) if naming.distance(n.sequence, mine.sequence) > 0)
-        if any(n.kind == naming.WRITE for n in behind):
-            with g.cond:
-                if g.hold is hold:
-                    g.writer_behind = hold
+        proto, _ = _participant.node_format(self._lock_core)
+        self._gate.look_behind(hold, proto.parse(hold.node.rsplit("/", 1)[1]), proto.sort(names))
 
     async def _acquire_zk(self, me: object, blocking: bool, deadline: Optional[float]) -> bool:
         self.lost.clear()
@@ -212,8 +204,8 @@ class Lock(HeldView, Reporter):
         self._drivers.add(driver)
         hold = None
         try:
-            entry = await driver.run(self._lock_core._protocol())
-            hold = self._core._make_hold(entry, pin=self._gate)  # a held lock's gate outlives its objects
+            entry = await driver.run(_core_lock.acquire_protocol(self._lock_core))
+            hold = _participant.make_hold(self._core, entry, pin=self._gate)  # a held lock's gate outlives its objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -314,7 +306,7 @@ class Lock(HeldView, Reporter):
         return self._state  # type: ignore[return-value]
 
     def _my_hold(self) -> Optional[Hold]:
-        task = asyncio.current_task() if _driver._loop_of_thread() is not None else None
+        task = asyncio.current_task() if _driver.loop_of_thread() is not None else None
         hold: Optional[Hold] = None if task is None else self._gate.held_by(task, self._kind)
         return hold
 
@@ -410,3 +402,13 @@ class ReadWriteLock:
     def __repr__(self) -> str:
         return f"<aio.ReadWriteLock {self.path!r} read={self._read.state} write={self._write.state}>"
 
+
+# -- for held transactions, which follow an asyncio object's hold from their own module -------------
+def core_of(owner: Reporter) -> Participant:
+    """The threaded participant that validated ``owner``'s settings and makes its holds."""
+    return owner._core
+
+
+async def check_hold(owner: Reporter, hold: Hold, what: str) -> None:
+    """Raise LockLost unless ``owner``'s ``hold`` is certain, confirming it with an awaited read."""
+    await owner._check_hold(hold, what)

@@ -8,9 +8,8 @@ from typing import Any, Awaitable, Callable, List, Optional, TypeVar
 
 from kazoo.client import KazooClient
 
-from .. import _protocol, naming
+from .. import _participant, naming
 from .. import election as _election
-from .._lock import predecessor
 from .._protocol import Cancelled, DeadlinePassed, Entry
 from ..election import CANDIDATE, IDLE, LEADER, TermView
 from ..errors import LockCancelled, LockError, LockLost
@@ -36,7 +35,7 @@ class LeaderElection(TermView, Reporter):
     """
 
     def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        core = _election.LeaderElection(client, path, identifier, **kwargs)
+        self._election = core = _election.LeaderElection(client, path, identifier, **kwargs)
         super().__init__(core)
         self._hold: Optional[Hold] = None
         self._driver: Optional[AioDriver] = None
@@ -62,11 +61,8 @@ class LeaderElection(TermView, Reporter):
         self._set_state(CANDIDATE)
         entry: Optional[Entry] = None
         core = self._core
-        prefix, data, guid = core._proto.node(core.host, naming.WRITE, core.identifier)
-        proto = _protocol.acquire(self.path, core._acl, prefix, data, guid, predecessor, confirm=True,
-                                  protocol=core._proto)
         try:
-            entry = await driver.run(proto)
+            entry = await driver.run(_election.campaign_protocol(self._election))
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -78,7 +74,7 @@ class LeaderElection(TermView, Reporter):
                 self._set_state(IDLE)
         if entry is None:
             return False
-        hold = self._hold = core._make_hold(entry)
+        hold = self._hold = _participant.make_hold(core, entry)
         hold.add_listener(lambda state: self._told(hold))
         log.info("%s: leader as %s (token %d)", self.path, hold.node, hold.token)
         self._on_hold(hold)

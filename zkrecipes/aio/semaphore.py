@@ -24,7 +24,7 @@ _numbers_lock = threading.Lock()
 
 
 def _current_task() -> "Optional[asyncio.Task[Any]]":
-    return asyncio.current_task() if _driver._loop_of_thread() is not None else None
+    return asyncio.current_task() if _driver.loop_of_thread() is not None else None
 
 
 def _task_number(task: "asyncio.Task[Any]") -> int:

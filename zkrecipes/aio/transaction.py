@@ -6,15 +6,16 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, List, NoReturn, Optional
 
-from .. import transaction as _transaction
+from .._fence import Fenced
 from ..session import Hold
 from . import _driver
+from . import _lock as _aio_lock
 
 if TYPE_CHECKING:
     from ._lock import Reporter
 
 
-class HeldTransaction(_transaction._Fenced):
+class HeldTransaction(Fenced):
     """:class:`zkrecipes.HeldTransaction` for asyncio, made by ``transaction()`` of an aio lock, semaphore
     or election: ``await tx.commit()``, or ``async with lock.transaction() as tx:`` (commits on exit
     unless the block raises).
@@ -27,13 +28,13 @@ class HeldTransaction(_transaction._Fenced):
     """
 
     def __init__(self, owner: "Reporter", hold: Hold) -> None:
-        super().__init__(owner._core, hold)
+        super().__init__(_aio_lock.core_of(owner), hold)
         self._reporter = owner
 
     async def commit(self) -> List[Any]:
         """Commit while the hold lives: kazoo's results, or LockLost with nothing applied."""
         self._refuse_released()
-        await self._reporter._check_hold(self._hold, "hold")  # refuse before sending, as the threaded commit
+        await _aio_lock.check_hold(self._reporter, self._hold, "hold")  # refuse before sending, as the threaded commit
         sent = self._send()
         if not sent.ready():
             await _driver.bridge(asyncio.get_running_loop(), sent)
