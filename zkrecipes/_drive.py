@@ -419,10 +419,7 @@ def delete(
     while waiting for a connection; else True."""
     deadline = time.monotonic() + timeout
     try:
-        try:
-            _delete_once(client, path, session, deadline, gone)
-        except retry.TRANSIENT:  # retried (tenacity) only once the first attempt failed
-            retry.call(_delete_once, client, path, session, deadline, gone, deadline=deadline, policy=policy)
+        retry.call(_delete_once, client, path, session, deadline, gone, deadline=deadline, policy=policy)
     except NoNodeError:
         pass
     except (SessionExpiredError, _SessionGone):
