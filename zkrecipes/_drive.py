@@ -314,7 +314,6 @@ class Driver(Watches):
         return self._take_deleted()
 
 
-
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
     Send: Driver._send,
     Read: Driver._read,

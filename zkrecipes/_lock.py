@@ -175,8 +175,8 @@ class Lock(HeldView, Participant):
             self._delete_held(left.hold)  # a session found gone is reported as lost, even this late
         finally:
             self._gate.released()
-            for obj in left.objects:  # (the closed hold tells its listeners nothing more)
-                obj._set_state(IDLE)
+            for obj in left.objects:
+                obj._detach(left.hold)
 
     def cancel(self) -> None:
         """Make pending acquires of this lock object return False (``with``/``hold()`` raise

@@ -193,11 +193,14 @@ def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watche
     if not deleted:
         watched.clear()  # woken by the session or a data change: watch again
         return False
+    gone = [b for path, b in paths.items() if path in deleted]
     watched.difference_update(deleted)
-    first = min(ahead.index(paths[p]) for p in deleted)
+    if not gone:
+        return False
+    first = min(ahead.index(b) for b in gone)
     unvouched = any(f"{parent}/{n.name}" not in watched for n in ahead[:first])
-    for path in deleted:
-        ahead.remove(paths[path])
+    for b in gone:
+        ahead.remove(b)
     return unvouched
 
 

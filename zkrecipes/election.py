@@ -93,8 +93,9 @@ class LeaderElection(TermView, Participant):
     def _protocol(self) -> Proto[Entry]:
         """A candidate's queue: the predecessor rule, our node read back before we lead."""
         prefix, data, guid = self._proto.node(self.host, naming.WRITE, self.identifier)
-        rule = predecessor
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, rule, confirm=True, protocol=self._proto)
+        return _protocol.acquire(
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, protocol=self._proto
+        )
 
     def campaign(self, timeout: Optional[float] = None) -> bool:
         """Become a candidate and wait until leader; True once leader (at once if already leader).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, List, Optional, TypeVar, cast
 
 from kazoo.client import KazooClient
 
@@ -35,8 +35,7 @@ class LeaderElection(TermView, Reporter):
     """
 
     def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        self._election = core = _election.LeaderElection(client, path, identifier, **kwargs)
-        super().__init__(core)
+        super().__init__(_election.LeaderElection(client, path, identifier, **kwargs))
         self._hold: Optional[Hold] = None
         self._driver: Optional[AioDriver] = None
         self._cancelled = False
@@ -62,7 +61,7 @@ class LeaderElection(TermView, Reporter):
         entry: Optional[Entry] = None
         core = self._core
         try:
-            entry = await driver.run(_election.campaign_protocol(self._election))
+            entry = await driver.run(_election.campaign_protocol(cast(_election.LeaderElection, core)))
         except (DeadlinePassed, Cancelled):
             pass
         finally:
