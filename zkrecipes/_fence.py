@@ -60,16 +60,12 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
         if failed:  # the failing operation's own error; the others read RolledBackError or RuntimeInconsistency
             i, error = next(((i, r) for i, r in failed if not isinstance(r, _UNDONE)), failed[0])
             op = self.operations[i]
+            what = f"{type(op).__name__.lower()}({self.client.unchroot(op.path)!r})"  # as the caller wrote it
             raise TransactionFailed(
-                f"{where}: transaction not applied: operation {i}, {_describe(op)}, failed with "
+                f"{where}: transaction not applied: operation {i}, {what}, failed with "
                 f"{type(error).__name__}", ours, i, op, error,
             ) from error
         return ours
 
 
 _UNDONE = (RolledBackError, RuntimeInconsistency)  # what a multi's operations read beside the one that failed
-
-
-def _describe(op: Any) -> str:
-    """``create('/a/b')``: a kazoo transaction operation by its kind and path."""
-    return f"{type(op).__name__.lower()}({getattr(op, 'path', '?')!r})"

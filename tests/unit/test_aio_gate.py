@@ -12,6 +12,7 @@ from zkrecipes._gate import Entered, Gate
 from zkrecipes.aio._gate import enter
 from zkrecipes.naming import READ, WRITE
 
+
 class FakeHold:
     """Stands for a session.Hold that is held and certain."""
 
