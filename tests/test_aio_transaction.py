@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kazoo.exceptions import BadVersionError, RolledBackError
 from test_aio import States, run
+from test_transaction import assert_refused_and_nothing_applied, refused_ops
 
-from zkrecipes import LockError, LockLost, aio
+from zkrecipes import LockError, LockLost, TransactionFailed, aio
 from zkrecipes.testing import expire_session
 
 
@@ -90,22 +90,30 @@ def test_commits_while_held_and_not_after_expiry_when_another_holds(zk, zk_facto
     run(body)
 
 
-def test_a_failed_user_op_returns_kazoos_results_and_a_raising_block_commits_nothing(zk):
+@pytest.mark.parametrize("form", ["commit", "async with"])
+def test_a_refused_operation_raises_naming_it_and_a_raising_block_commits_nothing(zk, form):
     zk.ensure_path("/data")
+    zk.set("/data", b"before")
 
     async def body() -> None:
         lock = aio.FairLock(zk, "/fail")
         async with lock:
-            tx = lock.transaction()
-            tx.create("/data/b", b"")
-            tx.check("/data", 42)  # wrong version
-            results = await tx.commit()
-            assert isinstance(results[0], RolledBackError) and isinstance(results[1], BadVersionError)
+            refused = r"/fail \(/fail/.*\): transaction not applied: operation 2, create\('/missing/parent/c'\), failed"
+            with pytest.raises(TransactionFailed, match=refused + " with NoNodeError") as err:
+                if form == "commit":
+                    tx = lock.transaction()
+                    refused_ops(tx)
+                    await tx.commit()
+                else:
+                    async with lock.transaction() as tx:
+                        refused_ops(tx)
+            assert_refused_and_nothing_applied(zk, err.value)
+            assert lock.is_held and lock.state == "held"  # ZooKeeper refused our write, not our hold
             with pytest.raises(RuntimeError):
                 async with lock.transaction() as tx:
                     tx.create("/data/c", b"")
                     raise RuntimeError("changed my mind")
-        assert zk.exists("/data/b") is None and zk.exists("/data/c") is None
+        assert zk.exists("/data/c") is None
 
     run(body)
 

@@ -4,7 +4,7 @@ and the election -- and raises LockLost with nothing applied once the session ex
 from __future__ import annotations
 
 import pytest
-from kazoo.exceptions import BadVersionError, NodeExistsError, RolledBackError
+from kazoo.exceptions import NodeExistsError, NoNodeError, RolledBackError, RuntimeInconsistency
 from lockhelpers import StateLog
 
 from zkrecipes import (
@@ -16,6 +16,7 @@ from zkrecipes import (
     LockLost,
     ReadWriteLock,
     Semaphore,
+    TransactionFailed,
 )
 from zkrecipes.testing import expire_session
 
@@ -90,19 +91,50 @@ def test_commits_while_held_and_not_after_expiry_when_another_holds(zk, zk_facto
     rival.release()
 
 
-def test_a_failed_user_op_returns_kazoos_results_and_applies_nothing(zk):
+def refused_ops(tx) -> None:
+    """Four operations of which ZooKeeper refuses the third: its parent does not exist."""
+    tx.set_data("/data", b"after")
+    tx.create("/data/b", b"")
+    tx.create("/missing/parent/c", b"")
+    tx.delete("/data/b")
+
+
+def assert_refused_and_nothing_applied(zk, failed: TransactionFailed) -> None:
+    assert failed.index == 2 and zk.unchroot(failed.operation.path) == "/missing/parent/c"  # kazoo's operation
+    assert isinstance(failed.error, NoNodeError) and failed.__cause__ is failed.error
+    assert [type(r) for r in failed.results] == [RolledBackError, RolledBackError, NoNodeError, RuntimeInconsistency]
+    zk.sync("/data")
+    assert zk.get("/data")[0] == b"before" and zk.exists("/data/b") is None and zk.exists("/missing") is None
+
+
+@pytest.mark.parametrize("form", ["commit", "with"])
+def test_a_refused_operation_raises_naming_it_and_applies_nothing(zk, form):
     zk.ensure_path("/data")
+    zk.set("/data", b"before")
     lock = FairLock(zk, "/fail")
     with lock:
+        refused = r"/fail \(/fail/.*\): transaction not applied: operation 2, create\('/missing/parent/c'\), failed"
+        with pytest.raises(TransactionFailed, match=refused + " with NoNodeError") as err:
+            if form == "commit":
+                tx = lock.transaction()
+                refused_ops(tx)
+                tx.commit()
+            else:
+                with lock.transaction() as tx:
+                    refused_ops(tx)
+        assert_refused_and_nothing_applied(zk, err.value)
+        assert lock.is_held and lock.state == "held"  # ZooKeeper refused our write, not our hold
         tx = lock.transaction()
         tx.create("/data/b", b"")
         tx.check("/data", 42)  # wrong version
-        results = tx.commit()
-        assert isinstance(results[0], RolledBackError) and isinstance(results[1], BadVersionError)
+        with pytest.raises(TransactionFailed, match=r"operation 1, checkversion\('/data'\), failed with BadVersion"):
+            tx.commit()
         assert zk.exists("/data/b") is None
         tx = lock.transaction()
         tx.create("/data", b"")
-        assert isinstance(tx.commit()[0], NodeExistsError)
+        with pytest.raises(TransactionFailed, match="operation 0, create") as err:
+            tx.commit()
+        assert isinstance(err.value.error, NodeExistsError)
 
 
 def test_the_commit_is_refused_after_release_and_without_a_hold(zk, zk_factory):

@@ -5,7 +5,7 @@ notification and fencing tokens.
 """
 
 from .election import LeaderElection, LeaderWatch
-from .errors import LockCancelled, LockError, LockLost, LockTimeout
+from .errors import LockCancelled, LockError, LockLost, LockTimeout, TransactionFailed
 from .exclusive import ExclusiveLock
 from .fair import FairLock
 from .naming import Contender
@@ -29,6 +29,7 @@ __all__ = [
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",
+    "TransactionFailed",
     "WriteLock",
     "__version__",
 ]

@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, List, NoReturn
 
 from kazoo.client import TransactionRequest
-from kazoo.exceptions import ConnectionClosedError, RolledBackError, SessionExpiredError
+from kazoo.exceptions import ConnectionClosedError, RolledBackError, RuntimeInconsistency, SessionExpiredError
 
 from . import _kazoo
 from ._kazoo import AsyncResult
-from .errors import LockLost
+from .errors import LockLost, TransactionFailed
 from .session import Hold
 
 if TYPE_CHECKING:
@@ -42,7 +42,8 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
         return _kazoo.commit_fenced(self.client, self.operations, self._hold.session, self._hold.node)
 
     def _results(self, sent: AsyncResult) -> List[Any]:
-        """kazoo's results of the user's operations, or LockLost if the fence failed (nothing applied)."""
+        """kazoo's results of the user's operations; LockLost if the fence failed, TransactionFailed if
+        one of the user's operations did (nothing applied either way)."""
         where = self._where
         try:
             results = sent.get()
@@ -54,4 +55,17 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
         if isinstance(fence, BaseException) and not isinstance(fence, RolledBackError):
             self._hold.mark_lost()  # our node is gone: whoever deleted it, the hold no longer protects anything
             raise LockLost(f"{where}: our node is gone; transaction not applied") from fence
-        return list(results[1:])
+        ours = list(results[1:])
+        failed = [(i, r) for i, r in enumerate(ours) if isinstance(r, BaseException)]
+        if failed:  # the failing operation's own error; the others read RolledBackError or RuntimeInconsistency
+            i, error = next(((i, r) for i, r in failed if not isinstance(r, _UNDONE)), failed[0])
+            op = self.operations[i]
+            what = f"{type(op).__name__.lower()}({self.client.unchroot(op.path)!r})"  # as the caller wrote it
+            raise TransactionFailed(
+                f"{where}: transaction not applied: operation {i}, {what}, failed with "
+                f"{type(error).__name__}", ours, i, op, error,
+            ) from error
+        return ours
+
+
+_UNDONE = (RolledBackError, RuntimeInconsistency)  # what a multi's operations read beside the one that failed

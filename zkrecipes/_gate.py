@@ -7,9 +7,11 @@ for the gate in arrival order. A writer queued behind our read node (``writer_be
 local readers from joining it, so steady local reads cannot starve that writer. A writer may take the
 read side too (downgrade); a reader asking for the write side gets LockError (it would deadlock).
 
-The decisions (:meth:`Gate.try_enter`, :meth:`Gate.granted`, :meth:`Gate.leave`) need no ZooKeeper
-and no waiting; :meth:`Gate.enter` is the blocking (threads) form, :mod:`zkrecipes.aio` has the asyncio
-form (it registers a waker).
+Re-entry (acquire again, a nested ``with``, a read under our own write) is granted only while the hold is
+certain (:func:`in_doubt`): on a lost hold, or one in doubt, it raises LockLost, so nothing reports a hold
+held that may be someone else's. The decisions (:meth:`Gate.try_enter`, :meth:`Gate.granted`,
+:meth:`Gate.leave`) need no ZooKeeper and no waiting; :meth:`Gate.enter` is the blocking (threads) form,
+:mod:`zkrecipes.aio` has the asyncio form (it registers a waker).
 """
 
 from __future__ import annotations
@@ -24,10 +26,26 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optio
 
 from kazoo.client import KazooClient
 
-from .errors import LockError
+from .errors import LockError, LockLost
 from .naming import READ, WRITE, QueueNode, distance
+from .session import LOST, SUSPENDED
 
 Owner = Hashable  # a thread ident, or an asyncio task
+
+
+def in_doubt(hold: Any, tolerate_suspended: bool) -> Optional[str]:
+    """Why ``hold`` (a :class:`~zkrecipes.session.Hold`) may not be trusted now, or None: lost (always),
+    suspended, or not confirmed since the process stood still (both unless ``tolerate_suspended``).
+    A stalled hold should be confirmed (one read) before asking."""
+    if hold.state == LOST:
+        return "lost: the session ended"
+    if tolerate_suspended:
+        return None
+    if hold.state == SUSPENDED:
+        return "uncertain: connection suspended"
+    if hold.stale():
+        return "uncertain: the process stood still, unconfirmed"
+    return None
 
 
 class Entered(enum.Enum):
@@ -81,18 +99,23 @@ class Gate:
         self.cond = threading.Condition(self.mutex)
 
     # -- decisions (call with ``mutex`` held) --------------------------------------------------------
-    def try_enter(self, me: Owner, kind: str, hold_is_good: Callable[[Any], bool]) -> Entered:
+    def try_enter(
+        self, me: Owner, kind: str, hold_is_good: Callable[[Any], bool], tolerate_suspended: bool = False
+    ) -> Entered:
         """Decide for ``me`` asking for side ``kind``; records HAVE and QUEUE at once. ``hold_is_good(hold)``
-        says whether a local reader may still join the current hold (it is held, not suspended)."""
+        says whether a local reader may still join the current hold (it is held, not suspended). Re-entry
+        by an owner raises LockLost, recording nothing, if the hold is :func:`in_doubt`."""
         c = self.counts.get(me)
         if kind == WRITE:
             if self.writer == me and c is not None:
+                self._trust(tolerate_suspended)
                 c.write += 1
                 return Entered.HAVE
             if c is not None and c.read:
                 raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
         else:
             if c is not None:  # reentrant read, or read under our own write lock (downgrade)
+                self._trust(tolerate_suspended)
                 c.read += 1
                 return Entered.HAVE
             if (
@@ -107,6 +130,11 @@ class Gate:
             self.busy = True
             return Entered.QUEUE
         return Entered.WAIT
+
+    def _trust(self, tolerate_suspended: bool) -> None:
+        why = in_doubt(self.hold, tolerate_suspended)
+        if why is not None:  # a count added now would report held a node that may be someone else's
+            raise LockLost(f"{self.path}: re-entry refused: the hold ({self.hold.node}) is {why}")
 
     def granted(self, me: Owner, kind: str, hold: Any, obj: Any = None) -> None:
         """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold`` (``obj`` attached to it), or None
@@ -176,6 +204,11 @@ class Gate:
                 if self.hold is hold:
                     self.writer_behind = hold
 
+    def owned(self, me: Owner) -> Any:
+        """The hold if ``me`` holds either side (a re-entry would join it), else None."""
+        with self.mutex:
+            return self.hold if me in self.counts else None
+
     def held_by(self, me: Owner, kind: str) -> Any:
         """The hold if ``me`` holds side ``kind``, else None."""
         with self.mutex:
@@ -191,15 +224,17 @@ class Gate:
         deadline: Optional[float],
         cancelled: Callable[[], bool],
         hold_is_good: Callable[[Any], bool],
+        tolerate_suspended: bool = False,
     ) -> Optional[Entered]:
-        """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel."""
+        """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel (LockLost: see
+        :meth:`try_enter`)."""
         with self.mutex:
             if self.hold is None and not self.busy and not self.line:  # idle: nobody to join or to wait for
                 self.busy = True
                 return Entered.QUEUE
             try:
                 while True:
-                    got = self.try_enter(me, kind, hold_is_good)
+                    got = self.try_enter(me, kind, hold_is_good, tolerate_suspended)
                     if got is not Entered.WAIT:
                         return got
                     if cancelled():

@@ -96,6 +96,9 @@ class Lock(HeldView, Participant):
         Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
         called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
         created is deleted and its watch removed. Reentrant per thread: each acquire needs a release.
+        Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
+        confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
+        naming the path and node, and adds no level: the outer release still ends the hold.
         ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
         """
         if not isinstance(blocking, bool):
@@ -110,9 +113,14 @@ class Lock(HeldView, Participant):
         me = threading.get_ident()
         if self._cancel.is_set():  # Event.clear() takes a lock: only when there is something to clear
             self._cancel.clear()
-        if self._kind == naming.READ:
+        mine = self._gate.owned(me)
+        if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
+            mine.confirm()
+        elif self._kind == naming.READ:
             self._look_for_writers(deadline)
-        entered = self._gate.enter(me, self._kind, blocking, deadline, self._cancel.is_set, _joinable)
+        entered = self._gate.enter(
+            me, self._kind, blocking, deadline, self._cancel.is_set, _joinable, self.tolerate_suspended
+        )
         if entered is Entered.HAVE:
             self._attach(self._gate.hold)
             return True

@@ -13,10 +13,11 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from . import _drive, _kazoo, naming, protocols
 from . import retry as _retry  # the keyword argument is called retry
+from ._gate import in_doubt
 from ._protocol import Entry, owns
 from .errors import LockLost
 from .naming import Contender
-from .session import LOST, SUSPENDED, Hold, SessionWatcher
+from .session import LOST, Hold, SessionWatcher
 
 if TYPE_CHECKING:
     from .transaction import HeldTransaction
@@ -123,13 +124,10 @@ class Participant:
     def _check_hold(self, hold: Hold, what: str) -> None:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
         confirmed by ZooKeeper if the process stood still since it was last known good."""
-        where = f"{self.path}: {what} ({hold.node})"
-        if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
-            raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
-        if hold.state == LOST:
-            raise LockLost(f"{where} is lost: the session ended")
-        if hold.state == SUSPENDED and not self.tolerate_suspended:
-            raise LockLost(f"{where} is uncertain: connection suspended")
+        hold.confirm()
+        why = in_doubt(hold, self.tolerate_suspended)
+        if why is not None:
+            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}")
 
     def _cleanup(self, hold: Hold) -> None:
         """Delete the node of a hold declared lost while its session lived on, once the session is back

@@ -1,5 +1,7 @@
 """Exceptions raised by zkrecipes locks and elections."""
 
+from typing import Any, List
+
 
 class LockError(Exception):
     """Misuse of a lock (release by a thread that does not hold it, read-to-write upgrade, ...)."""
@@ -15,3 +17,16 @@ class LockLost(LockError):
 
 class LockCancelled(LockError):
     """A blocking acquire was stopped by :meth:`cancel` from another thread; nothing was left behind."""
+
+
+class TransactionFailed(Exception):
+    """ZooKeeper refused an operation of a fenced transaction (``lock.transaction()``): nothing was
+    applied (a ``multi`` is atomic). ``results`` is kazoo's list, one entry per operation added
+    (exception instances); ``index``, ``operation`` and ``error`` name the first one that failed."""
+
+    def __init__(self, message: str, results: List[Any], index: int, operation: Any, error: BaseException) -> None:
+        super().__init__(message)
+        self.results = results
+        self.index = index
+        self.operation = operation
+        self.error = error

@@ -19,17 +19,18 @@ class HeldTransaction(Fenced):
     """A kazoo transaction fenced by a hold; made by ``transaction()`` of a lock, semaphore or election.
 
     Build it as kazoo's ``TransactionRequest`` (also as a context manager, which commits on exit).
-    :meth:`commit` returns kazoo's list of results, one per operation added (exception instances for a
-    failed transaction, as kazoo does), or raises :class:`~zkrecipes.LockLost` -- nothing applied -- when
-    the hold is gone: lost, released, uncertain (suspended, unless the owner tolerates it; unconfirmed
-    after the process stood still), or found gone by ZooKeeper at commit. A connection lost while the
-    commit is in flight raises kazoo's ``ConnectionLoss``: then, as with any ZooKeeper write, the outcome
-    is unknown. (The asyncio locks' ``transaction()`` gives :class:`zkrecipes.aio.HeldTransaction`,
-    whose commit is awaited.)
+    :meth:`commit` (and leaving the ``with`` block without an exception) returns kazoo's list of results,
+    one per operation added, or raises with nothing applied: :class:`~zkrecipes.LockLost` when the hold is
+    gone (lost, released, uncertain -- suspended, unless the owner tolerates it; unconfirmed after the
+    process stood still -- or found gone by ZooKeeper at commit), and :class:`~zkrecipes.TransactionFailed`,
+    naming the operation, when ZooKeeper refused one of yours. A connection lost while the commit is in
+    flight raises kazoo's ``ConnectionLoss``: then, as with any ZooKeeper write, the outcome is unknown.
+    (The asyncio locks' ``transaction()`` gives :class:`zkrecipes.aio.HeldTransaction`, whose commit is
+    awaited.)
     """
 
     def commit(self) -> List[Any]:
-        """Commit while the hold lives: kazoo's results, or LockLost with nothing applied."""
+        """Commit while the hold lives: kazoo's results; LockLost or TransactionFailed with nothing applied."""
         self._refuse_released()
         _participant.check_hold(self._owner, self._hold, "hold")  # lost, suspended, unconfirmed: refuse first
         return self._results(self._send())

@@ -12,7 +12,17 @@ from zkrecipes._gate import Entered, Gate
 from zkrecipes.aio._gate import enter
 from zkrecipes.naming import READ, WRITE
 
-HOLD = object()
+
+class FakeHold:
+    """Stands for a session.Hold that is held and certain."""
+
+    state, node = "held", "/p/h-W-0000000001"
+
+    def stale(self) -> bool:
+        return False
+
+
+HOLD = FakeHold()
 
 
 def good(hold: object) -> bool:

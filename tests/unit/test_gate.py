@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import pytest
 
-from zkrecipes._gate import Entered, Gate
-from zkrecipes.errors import LockError
+from zkrecipes._gate import Entered, Gate, in_doubt
+from zkrecipes.errors import LockError, LockLost
 from zkrecipes.naming import READ, WRITE
 
-HOLD = object()  # stands for a session.Hold
+
+class FakeHold:
+    """Stands for a session.Hold: its state, and whether it is unconfirmed since a stall."""
+
+    def __init__(self, state: str = "held", stale: bool = False) -> None:
+        self.state, self._stale, self.node = state, stale, "/p/h-W-0000000001"
+
+    def stale(self) -> bool:
+        return self._stale
+
+
+HOLD = FakeHold()
 
 
 def good(hold: object) -> bool:
@@ -104,3 +115,36 @@ def test_a_node_that_is_not_a_reader_queued_behind_our_read_node_stops_local_rea
     assert (g.unchecked_read_hold(2) is None) is starved  # looked once per hold when a writer was seen
     with g.cond:
         assert g.try_enter(2, READ, good) is (Entered.WAIT if starved else Entered.HAVE)
+
+
+@pytest.mark.parametrize("state, stale, tolerate, why", [
+    ("held", False, False, None),
+    ("lost", False, False, "lost"),
+    ("lost", False, True, "lost"),  # tolerating suspension never makes a lost hold usable
+    ("suspended", False, False, "suspended"),
+    ("suspended", False, True, None),
+    ("held", True, False, "stood still"),
+    ("held", True, True, None),
+])
+@pytest.mark.parametrize("first, again", [(WRITE, WRITE), (READ, READ), (WRITE, READ)])  # READ under WRITE: downgrade
+def test_reentry_into_a_hold_in_doubt_raises_and_records_nothing(state, stale, tolerate, why, first, again):
+    g = Gate("/p")
+    hold = FakeHold()
+    with g.cond:
+        assert g.try_enter(1, first, good) is Entered.QUEUE
+    g.granted(1, first, hold)
+    hold.state, hold._stale = state, stale
+    if why is None:
+        assert in_doubt(hold, tolerate) is None
+        with g.cond:
+            assert g.try_enter(1, again, good, tolerate) is Entered.HAVE
+        assert g.leave(1, again).last is False
+    else:
+        assert why in in_doubt(hold, tolerate)
+        refused = rf"/p: re-entry refused: the hold \(/p/h-W-0000000001\) is .*{why}"
+        with g.cond, pytest.raises(LockLost, match=refused):
+            g.try_enter(1, again, good, tolerate)
+        with pytest.raises(LockLost, match=refused):  # the blocking form: nothing waits, nothing queues
+            g.enter(1, again, True, None, lambda: False, good, tolerate)
+    left = g.leave(1, first)  # the outer release: with no level added by the refusals, it ends the hold
+    assert left.last and left.hold is hold and not g.counts and not g.line

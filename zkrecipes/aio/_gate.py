@@ -24,10 +24,12 @@ async def enter(
     deadline: Optional[float],
     cancelled: Callable[[], bool],
     hold_is_good: Callable[[Any], bool],
+    tolerate_suspended: bool = False,
 ) -> Optional[Entered]:
-    """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel (:meth:`Gate.enter`)."""
+    """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel; LockLost on re-entry
+    into a hold in doubt (:meth:`Gate.enter`)."""
     with g.cond:  # the common case decides at once: no waker, no future
-        got = g.try_enter(me, kind, hold_is_good)
+        got = g.try_enter(me, kind, hold_is_good, tolerate_suspended)
         if got is not Entered.WAIT or not blocking or cancelled():
             return None if got is Entered.WAIT else got
     loop = asyncio.get_running_loop()
@@ -44,7 +46,7 @@ async def enter(
     try:
         while True:
             with g.cond:
-                got = g.try_enter(me, kind, hold_is_good)
+                got = g.try_enter(me, kind, hold_is_good, tolerate_suspended)
                 if got is not Entered.WAIT:
                     return got
                 if cancelled() or (deadline is not None and time.monotonic() >= deadline):

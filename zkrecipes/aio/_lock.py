@@ -13,7 +13,7 @@ import contextlib
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Dict, List, Optional, Set, Type
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Optional, Set, Type
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
@@ -23,14 +23,14 @@ from .. import _lock as _core_lock
 from .. import exclusive as _exclusive
 from .. import fair as _fair
 from .. import rwlock as _rwlock
-from .._gate import Entered, Gate
+from .._gate import Entered, Gate, in_doubt
 from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, HeldView, LockState
 from .._lock import Lock as _CoreLock
 from .._participant import Participant
 from .._protocol import Cancelled, DeadlinePassed, owns
 from ..errors import LockCancelled, LockError, LockLost, LockTimeout
 from ..naming import Contender
-from ..session import HELD, LOST, SUSPENDED, Hold
+from ..session import HELD, LOST, Hold
 from . import _driver
 from ._driver import AioDriver, call_soon
 from ._gate import enter
@@ -45,6 +45,19 @@ Listener = Callable[[Any, str], None]
 
 def _joinable(hold: Optional[Hold]) -> bool:
     return hold is not None and hold.state == HELD
+
+
+class _Passed:
+    """The awaitable of a check that needed no confirming read: already done (awaiting it returns None)."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator: awaiting it suspends nothing
+
+
+_PASSED = _Passed()
 
 
 def _task() -> "asyncio.Task[Any]":
@@ -96,24 +109,42 @@ class Reporter:
         if fn in self._listeners:
             self._listeners.remove(fn)
 
-    async def _check_hold(self, hold: Hold, what: str) -> None:
-        """Participant's certainty check, with the confirming read awaited instead of blocking."""
-        where = f"{self.path}: {what} ({hold.node})"
+    def _check_now(self, hold: Hold, what: str) -> Awaitable[None]:
+        """Participant's certainty check, at the call: raise LockLost now if ``hold`` is lost or
+        suspended (unless tolerated). The awaitable returned confirms a hold the process stood still on
+        (one read), as the threaded check does before it decides; otherwise it is already done."""
         if hold.stale():
-            asked = time.monotonic()
-            try:
-                ok = owns(await _driver.result(self.client.exists_async(hold.node)), hold.session)
-            except (NoNodeError, SessionExpiredError):
-                ok = False
-            except Exception as exc:
-                raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed ({exc})") from exc
-            hold.confirmed(ok, asked)
-            if not ok and hold.state != LOST:
-                raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
-        if hold.state == LOST:
-            raise LockLost(f"{where} is lost: the session ended")
-        if hold.state == SUSPENDED and not self._core.tolerate_suspended:
-            raise LockLost(f"{where} is uncertain: connection suspended")
+            return self._confirm_and_check(hold, what)
+        why = in_doubt(hold, self._core.tolerate_suspended)
+        if why is not None:
+            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}")
+        return _PASSED
+
+    async def _confirm_and_check(self, hold: Hold, what: str) -> None:
+        error = await self._confirm(hold)
+        why = in_doubt(hold, self._core.tolerate_suspended)
+        if why is not None:
+            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}" + (f" ({error})" if error else "")) from error
+
+    async def _check_hold(self, hold: Hold, what: str) -> None:
+        """:meth:`_check_now`, awaited."""
+        await self._check_now(hold, what)
+
+    async def _confirm(self, hold: Hold) -> Optional[Exception]:
+        """:meth:`Hold.confirm <zkrecipes.session.Hold.confirm>` with its read awaited: a stalled hold is
+        confirmed, or marked lost if its node is gone or not ours; returns the error if ZooKeeper could
+        not say (the hold stays unconfirmed)."""
+        if not hold.stale():
+            return None
+        asked = time.monotonic()
+        try:
+            ok = owns(await _driver.result(self.client.exists_async(hold.node)), hold.session)
+        except (NoNodeError, SessionExpiredError):
+            ok = False
+        except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
+            return exc
+        hold.confirmed(ok, asked)
+        return None
 
     async def _delete_held(self, hold: Hold) -> None:
         """Participant's release of a hold, awaited: delete the node unless the hold is lost; a session
@@ -160,7 +191,9 @@ class Lock(HeldView, Reporter):
 
         False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is called;
         then no node and no watch is left. Cancelling the task raises CancelledError in it and deletes
-        its node, also when the cancel lands while the create is in flight. Reentrant per task.
+        its node, also when the cancel lands while the create is in flight. Reentrant per task; re-entry
+        into a hold that is lost or in doubt raises :class:`~zkrecipes.LockLost`, as the threaded
+        :meth:`zkrecipes.FairLock.acquire` does.
         """
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
@@ -173,9 +206,15 @@ class Lock(HeldView, Reporter):
         self._bind()
         deadline = None if timeout is None else time.monotonic() + timeout
         self._cancelled = False
-        if self._kind == naming.READ:
+        mine = self._gate.owned(me)
+        if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
+            await self._confirm(mine)
+        elif self._kind == naming.READ:
             await self._look_for_writers(me, deadline)
-        entered = await enter(self._gate, me, self._kind, blocking, deadline, lambda: self._cancelled, _joinable)
+        entered = await enter(
+            self._gate, me, self._kind, blocking, deadline, lambda: self._cancelled, _joinable,
+            self._core.tolerate_suspended,
+        )
         if entered is Entered.HAVE:
             self._attach(self._gate.hold)
             return True
@@ -310,14 +349,16 @@ class Lock(HeldView, Reporter):
         hold: Optional[Hold] = None if task is None else self._gate.held_by(task, self._kind)
         return hold
 
-    async def check(self) -> None:
-        """Return if the calling task's hold is certain; raise :class:`~zkrecipes.LockLost` if it is lost
-        or (unless ``tolerate_suspended``) suspended, LockError if this task does not hold it. After
-        the process stood still it first asks ZooKeeper (awaited) whether our node is still ours."""
+    def check(self) -> Awaitable[None]:
+        """Raise :class:`~zkrecipes.LockLost` at the call if the calling task's hold is lost or (unless
+        ``tolerate_suspended``) suspended, LockError if this task does not hold it -- awaited or not.
+        ``await lock.check()`` also confirms a hold the process stood still on: it asks ZooKeeper
+        whether our node is still ours (LockLost if not, or if ZooKeeper cannot say); unawaited, that
+        read is not made (and Python warns that a coroutine was never awaited)."""
         hold = self._my_hold()
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling task")
-        await self._check_hold(hold, "hold")
+        return self._check_now(hold, "hold")
 
     def transaction(self) -> "HeldTransaction":
         """A kazoo transaction that commits only while the calling task's hold lives:

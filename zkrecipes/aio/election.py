@@ -142,12 +142,14 @@ class LeaderElection(TermView, Reporter):
             self.lost.set()
         self._set_state(LEADER if state == HELD else state)
 
-    async def check(self) -> None:
-        """Return if leadership is certain; raise :class:`~zkrecipes.LockLost` if lost, uncertain or not held."""
+    def check(self) -> Awaitable[None]:
+        """Raise :class:`~zkrecipes.LockLost` at the call if leadership is lost, uncertain or not held,
+        awaited or not; awaited, it also confirms leadership after the process stood still (as
+        :meth:`aio.FairLock.check <zkrecipes.aio.FairLock.check>`)."""
         hold = self._hold
         if hold is None:
             raise LockLost(f"{self.path}: not the leader")
-        await self._check_hold(hold, "leadership")
+        return self._check_now(hold, "leadership")
 
     def transaction(self) -> HeldTransaction:
         """A kazoo transaction that commits only while this term of leadership lives: ``await

@@ -20,11 +20,12 @@ class HeldTransaction(Fenced):
     or election: ``await tx.commit()``, or ``async with lock.transaction() as tx:`` (commits on exit
     unless the block raises).
 
-    The same fence and outcomes: kazoo's list of results, or :class:`~zkrecipes.LockLost` with nothing
-    applied when the hold is gone (lost, released, suspended unless tolerated, unconfirmed after the
-    process stood still -- confirmed with an awaited read -- or found gone by ZooKeeper). Nothing blocks
-    the loop. A commit whose task is cancelled once the multi is sent has, like a connection lost then,
-    an unknown outcome.
+    The same fence and outcomes, in both forms: kazoo's list of results, or nothing applied and
+    :class:`~zkrecipes.TransactionFailed` (naming the operation ZooKeeper refused) or
+    :class:`~zkrecipes.LockLost` when the hold is gone (lost, released, suspended unless tolerated,
+    unconfirmed after the process stood still -- confirmed with an awaited read -- or found gone by
+    ZooKeeper). Nothing blocks the loop. A commit whose task is cancelled once the multi is sent has, like a
+    connection lost then, an unknown outcome.
     """
 
     def __init__(self, owner: "Reporter", hold: Hold) -> None:
@@ -32,7 +33,7 @@ class HeldTransaction(Fenced):
         self._reporter = owner
 
     async def commit(self) -> List[Any]:
-        """Commit while the hold lives: kazoo's results, or LockLost with nothing applied."""
+        """Commit while the hold lives: kazoo's results; LockLost or TransactionFailed with nothing applied."""
         self._refuse_released()
         await _aio_lock.check_hold(self._reporter, self._hold, "hold")  # refuse before sending, as the threaded commit
         sent = self._send()
