@@ -99,6 +99,7 @@ class Reporter:
     async def _check_hold(self, hold: Hold, what: str) -> None:
         """Participant's certainty check, with the confirming read awaited instead of blocking."""
         where = f"{self.path}: {what} ({hold.node})"
+        doubt = hold.in_doubt()  # the clock itself: the dispatcher may be late to report it
         if hold.stale():
             asked = time.monotonic()
             try:
@@ -112,7 +113,7 @@ class Reporter:
                 raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
         if hold.state == LOST:
             raise LockLost(f"{where} is lost: the session ended")
-        if hold.state == SUSPENDED and not self._core.tolerate_suspended:
+        if (hold.state == SUSPENDED or doubt) and not self._core.tolerate_suspended:
             raise LockLost(f"{where} is uncertain: connection suspended")
 
     async def _delete_held(self, hold: Hold) -> None:
