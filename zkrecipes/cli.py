@@ -175,8 +175,8 @@ def grace_window(timeout: float) -> float:
 class Held:
     """What :func:`run_held` watches: a lock or an election (``state`` and ``lost``) on ``client``."""
 
-    def __init__(self, client: KazooClient, participant: Any, what: str) -> None:
-        self.client, self.participant, self.what = client, participant, what
+    def __init__(self, client: KazooClient, participant: Any, noun: str) -> None:
+        self.client, self.participant, self.noun = client, participant, noun
 
     def in_doubt(self) -> bool:
         return self.participant.state in ("suspended", "lost") or bool(self.participant.lost.is_set())
@@ -191,11 +191,11 @@ class Held:
 
     def reason(self) -> str:
         if self.participant.lost.is_set():
-            return _loss_reason(self.client, self.what)
+            return _loss_reason(self.client, f"lost {self.noun}")
         from ._kazoo import session_timeout
 
-        return (f"{self.what}: the hold fell in doubt (no answer from ZooKeeper for half the "
-                f"{session_timeout(self.client):g} s session timeout)")
+        return (f"{self.noun} fell in doubt (ZooKeeper unreachable or silent): the command was stopped before "
+                f"the {session_timeout(self.client):g} s session could expire")
 
 
 def run_held(cmd: Sequence[str], env_extra: Dict[str, str], held: Held, grace: Optional[float]) -> Outcome:
@@ -394,7 +394,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
                     ahead = "?"
             raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
         try:
-            outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"lost the lock on {path}"),
+            outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"the lock on {path}"),
                                grace)
             return outcome.status
         finally:
@@ -428,7 +428,7 @@ def cmd_elect(args: argparse.Namespace) -> int:
                 raise _fail(f"timed out waiting for leadership of {path}", EXIT_TEMPFAIL)
             try:
                 outcome = run_held(cmd, _token_env(election.token, election.node),
-                                   Held(client, election, f"lost leadership of {path}"), grace)
+                                   Held(client, election, f"leadership of {path}"), grace)
             except CliError as exc:
                 if not (args.requeue and exc.code == EXIT_TEMPFAIL):
                     raise
