@@ -7,7 +7,8 @@ of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 
 Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
 usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
-out waiting, or the hold was lost while the command ran (it got SIGTERM, then SIGKILL after ``--grace``);
+out waiting, or the hold fell in doubt while the command ran (it got SIGTERM, then SIGKILL after ``--grace``
+or just before the session could expire, whichever is first);
 77 authentication required or refused, or an ACL does not allow what was asked;
 126/127 command not executable / not found; 130 interrupted (SIGINT), 143 terminated (SIGTERM) while waiting.
 """
@@ -50,7 +51,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_USAGE}    bad usage or input (path, missing command, chroot, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
   {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
-  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership was lost while the command ran
+  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership fell in doubt while the command ran
   {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
   {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
