@@ -124,9 +124,9 @@ class Participant:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
         confirmed by ZooKeeper if the process stood still since it was last known good."""
         where = f"{self.path}: {what} ({hold.node})"
-        doubt = hold.in_doubt()  # the clock itself: the dispatcher may be late to report it
         if not hold.confirm() and hold.state != LOST and not self.tolerate_suspended:
             raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
+        doubt = hold.in_doubt()  # the clock itself (after a stall's confirming read): the dispatcher may be late
         if hold.state == LOST:
             raise LockLost(f"{where} is lost: the session ended")
         if (hold.state == SUSPENDED or doubt) and not self.tolerate_suspended:

@@ -133,7 +133,9 @@ class SessionWatcher:
                 self._emit(LOST)
             return None
         if now >= doubt_at:
-            if not self._overdue and self._suspended_at is None:
+            # a stall of our own since then is the stall check's to settle (holds confirm with one read)
+            stalled_since_doubt = self.stalled_at >= doubt_at
+            if not self._overdue and self._suspended_at is None and not stalled_since_doubt:
                 self._overdue = True
                 log.info("no answer from ZooKeeper for %.0f%% of the session timeout: holds are in doubt",
                          OVERDUE * 100)

@@ -99,7 +99,6 @@ class Reporter:
     async def _check_hold(self, hold: Hold, what: str) -> None:
         """Participant's certainty check, with the confirming read awaited instead of blocking."""
         where = f"{self.path}: {what} ({hold.node})"
-        doubt = hold.in_doubt()  # the clock itself: the dispatcher may be late to report it
         if hold.stale():
             asked = time.monotonic()
             try:
@@ -111,6 +110,7 @@ class Reporter:
             hold.confirmed(ok, asked)
             if not ok and hold.state != LOST:
                 raise LockLost(f"{where} is uncertain: the process stood still, unconfirmed")
+        doubt = hold.in_doubt()  # the clock itself (after a stall's confirming read): the dispatcher may be late
         if hold.state == LOST:
             raise LockLost(f"{where} is lost: the session ended")
         if (hold.state == SUSPENDED or doubt) and not self._core.tolerate_suspended:
