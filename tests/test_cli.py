@@ -299,7 +299,8 @@ def on_term(signum, frame):
 
 signal.signal(signal.SIGTERM, on_term)
 others = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
-rec("start", alive=[e["name"] for e in others if e["ev"] == "start" and alive(e["pid"])])
+rec("start", alive=[e["name"] for e in others if e["ev"] == "start" and alive(e["pid"])],
+    node=os.environ["ZKRECIPES_NODE"])
 if name.startswith("B"):
     rec("end")
     sys.exit(0)
@@ -322,7 +323,10 @@ def test_a_partitioned_holder_stops_its_command_before_another_can_start(cli, zk
     with link:
         a = cli.start("lock", "/twice", "--hosts", link.hosts + zk_namespace, "--session-timeout", "3", "--",
                       sys.executable, str(script), str(cli.log), "A", stubborn, tag="A")
-        a_pid = cli.wait_event("A", "start")["pid"]
+        a_start = cli.wait_event("A", "start")
+        a_pid = a_start["pid"]
+        expired: list = []
+        assert zk.exists(a_start["node"], watch=lambda e: expired.append(time.monotonic())) is not None
         gone: list = []
         watcher = threading.Thread(target=lambda: gone.append(_until_gone(a_pid)), daemon=True)
         watcher.start()
@@ -339,7 +343,10 @@ def test_a_partitioned_holder_stops_its_command_before_another_can_start(cli, zk
     term = cli.events("A", "sigterm")
     assert term, "A's command was never signalled"
     a_end = cli.events("A", "end")
-    timeline = {"sigterm": term[0]["t"] - fault_at, "A gone": gone[0] - fault_at, "B start": b_start["t"] - fault_at}
+    wait_until(lambda: expired, "the server expired A's session")
+    assert gone[0] < expired[0]
+    timeline = {"sigterm": term[0]["t"] - fault_at, "A gone": gone[0] - fault_at,
+                "server expired A": expired[0] - fault_at, "B start": b_start["t"] - fault_at}
     if a_end:
         timeline["A end"] = a_end[0]["t"] - fault_at
         assert a_end[0]["t"] < b_start["t"]
