@@ -309,7 +309,8 @@ while True:
 '''
 
 
-@pytest.mark.parametrize("fault", ["silent", "silent-stubborn", "closed-stubborn", "silent", "silent-stubborn"])
+@pytest.mark.parametrize("fault", ["silent", "silent-stubborn", "closed-stubborn", "silent", "silent-stubborn",
+                                   "elect-silent-stubborn"])
 def test_a_partitioned_holder_stops_its_command_before_another_can_start(cli, zk_ensemble, zk_namespace, zk, fault):
     """A's zkrecipes reaches ZooKeeper through a link that freezes (silent: open, nothing delivered) or is
     cut; B's waits directly. B's command must never start while A's runs: A's is signalled when its hold
@@ -319,9 +320,10 @@ def test_a_partitioned_holder_stops_its_command_before_another_can_start(cli, zk
     script = cli.workdir / "overlap.py"
     script.write_text(OVERLAP_SCRIPT)
     stubborn = "1" if fault.endswith("stubborn") else "0"
-    link = Freezer(zk_ensemble.hosts) if fault.startswith("silent") else Partition(zk_ensemble.hosts)
+    command = "elect" if fault.startswith("elect") else "lock"
+    link = Freezer(zk_ensemble.hosts) if "silent" in fault else Partition(zk_ensemble.hosts)
     with link:
-        a = cli.start("lock", "/twice", "--hosts", link.hosts + zk_namespace, "--session-timeout", "3", "--",
+        a = cli.start(command, "/twice", "--hosts", link.hosts + zk_namespace, "--session-timeout", "3", "--",
                       sys.executable, str(script), str(cli.log), "A", stubborn, tag="A")
         a_start = cli.wait_event("A", "start")
         a_pid = a_start["pid"]
@@ -330,7 +332,7 @@ def test_a_partitioned_holder_stops_its_command_before_another_can_start(cli, zk
         gone: list = []
         watcher = threading.Thread(target=lambda: gone.append(_until_gone(a_pid)), daemon=True)
         watcher.start()
-        b = cli.start("lock", "/twice", "--hosts", cli.hosts, "--session-timeout", "3", "--",
+        b = cli.start(command, "/twice", "--hosts", cli.hosts, "--session-timeout", "3", "--",
                       sys.executable, str(script), str(cli.log), "B", "0", tag="B")
         wait_until(lambda: len(queue(zk, "/twice")) == 2, "B queued behind A")
         fault_at = link.freeze() if isinstance(link, Freezer) else (link.cut(), time.monotonic())[1]
