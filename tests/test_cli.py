@@ -376,6 +376,9 @@ def test_a_grace_longer_than_the_session_timeout_leaves_is_refused(cli):
     assert r.stderr.splitlines() == ["zkrecipes: --grace 2 is longer than the 1.2 s a 3 s session timeout leaves "
                                      "between doubt and the lost deadline; use --grace 1.2 or less, or a longer "
                                      "--session-timeout"], r.stderr
+    r = cli.run("lock", "/g", "--hosts", "127.0.0.1:1", "--connect-timeout", "0.5", "--session-timeout", "3",
+                "--grace", "1.2", "--", "true")  # the limit itself is allowed: on to connecting (and failing)
+    assert r.returncode == 69, r.stderr
     r = cli.run("elect", "/g", "--hosts", "127.0.0.1:1", "--grace", "4.5", "--", "true")  # default 10 s session
     assert r.returncode == 2 and "--grace 4.5 is longer than the 4 s" in r.stderr, r.stderr
 

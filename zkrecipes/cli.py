@@ -170,7 +170,7 @@ def grace_window(timeout: float) -> float:
     (no answer for half the timeout) to its SIGKILL moment (the lost deadline minus :func:`kill_margin`)."""
     from .session import OVERDUE
 
-    return max(0.0, (1.0 - OVERDUE) * timeout - kill_margin(timeout))
+    return round(max(0.0, (1.0 - OVERDUE) * timeout - kill_margin(timeout)), 3)  # 1.2, not 1.1999999999999998
 
 
 class Held:
