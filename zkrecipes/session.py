@@ -39,6 +39,12 @@ STALLED = "stalled"  # the process stood still: holds must be confirmed before t
 _TICK = 0.5  # the dispatcher wakes at least this often
 OVERDUE = 0.5  # no answer for this fraction of the session timeout: in doubt (kazoo pings every third)
 
+
+def lost_lead(timeout: float) -> float:
+    """How long before the lost deadline a hold is declared lost: a twentieth of the session timeout, at
+    most 0.2 s, so that a dispatcher woken a little late still tells it before the server can expire."""
+    return min(0.2, timeout / 20.0)
+
 Subscriber = Callable[[str], None]
 
 
@@ -118,17 +124,24 @@ class SessionWatcher:
         timeout = session_timeout(client)
         return base + OVERDUE * timeout, base + timeout
 
+    def lost_by(self) -> Optional[Tuple[float, float]]:
+        """``(in_doubt_at, declare_lost_at)``: :meth:`deadlines` with the lost one brought forward by
+        :func:`lost_lead`."""
+        d = self.deadlines()
+        if d is None:
+            return None
+        return d[0], d[1] - lost_lead((d[1] - d[0]) / (1.0 - OVERDUE))
+
     def _follow_clock(self) -> Optional[float]:
         """Report what the doubt clock says now; return when it should be looked at next (None: no need)."""
-        d = self.deadlines()
+        d = self.lost_by()
         if d is None:
             return None
         doubt_at, lost_at = d
         now = time.monotonic()
         if now >= lost_at:
             if self._lost_at != lost_at:
-                log.warning("no answer from ZooKeeper within the session timeout (%.1f s): holds are lost",
-                            (lost_at - doubt_at) / (1.0 - OVERDUE))
+                log.warning("no answer from ZooKeeper for almost the session timeout: holds are lost")
                 self._lost_at, self._suspended_at, self._overdue = lost_at, None, False
                 self._emit(LOST)
             return None
@@ -311,7 +324,7 @@ class Hold:
     def in_doubt(self) -> bool:
         """Read the doubt clock now, without waiting for the dispatcher: mark the hold lost if the lost
         deadline has passed; True if lost or past the in-doubt moment (replies overdue)."""
-        d = self._watcher.deadlines()
+        d = self._watcher.lost_by()
         if d is None or self.released:
             return self.state == LOST
         now = time.monotonic()

@@ -33,7 +33,7 @@ class Watcher:  # a SessionWatcher without its thread: the test is the dispatche
     def stalled_since(self, t: float) -> bool:
         return False
 
-    def deadlines(self) -> None:  # the doubt clock is the dispatcher's business here
+    def lost_by(self) -> None:  # the doubt clock is the dispatcher's business here
         return None
 
     def emit(self, event: str) -> None:
