@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from typing import Callable, Optional
@@ -147,3 +148,107 @@ def assert_no_watch(client, lock_path: str, ensemble) -> None:
         reply = server_watches(ensemble, word)
         hits = [ln.strip() for ln in reply.splitlines() if ln.strip() == full or ln.strip().startswith(full + "/")]
         assert not hits, f"server {word} lists watches under {full}: {hits}\n{reply}"
+
+
+class Freezer:
+    """A loopback TCP proxy whose link a test can *freeze* (a silent partition: connections stay open,
+    nothing is delivered either way, new connections are accepted and left unanswered) and thaw.
+
+    Minimal stand-in until ``zkrecipes.testing`` has its own; give clients :attr:`hosts`. Forwards to the
+    first server of ``upstream`` only.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.split("/")[0].split(",")[0].rpartition(":")
+        self._target = (host or "127.0.0.1", int(port))
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(64)
+        self.port = self._listener.getsockname()[1]
+        self._cond = threading.Condition()
+        self._frozen = False
+        self._closed = False
+        self._socks: list = [self._listener]
+        threading.Thread(target=self._accept, name="freezer", daemon=True).start()
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def freeze(self) -> float:
+        """Stop delivering (waits for a send in flight); returns the monotonic time it took effect."""
+        with self._cond:
+            self._frozen = True
+            return time.monotonic()
+
+    def thaw(self) -> None:
+        with self._cond:
+            self._frozen = False
+            self._cond.notify_all()
+
+    def _wait_flowing(self) -> bool:  # under self._cond
+        while self._frozen and not self._closed:
+            self._cond.wait()
+        return not self._closed
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._cond:
+                self._socks.append(c)
+            threading.Thread(target=self._serve, args=(c,), daemon=True).start()
+
+    def _serve(self, c: socket.socket) -> None:
+        with self._cond:
+            if not self._wait_flowing():  # a connection made while frozen: accepted, never answered
+                return
+        try:
+            u = socket.create_connection(self._target)
+        except OSError:
+            c.close()
+            return
+        with self._cond:
+            self._socks.append(u)
+        threading.Thread(target=self._pump, args=(c, u), daemon=True).start()
+        self._pump(u, c)
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                data = b""
+            with self._cond:
+                if not self._wait_flowing():
+                    return
+                if not data:
+                    break
+                try:
+                    dst.sendall(data)  # under the lock: freeze() returns only after a send in flight
+                except OSError:
+                    break
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            socks, self._socks = self._socks, []
+        for s in socks:
+            try:
+                s.close()
+            except OSError:
+                pass
+
+    def __enter__(self) -> "Freezer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -252,22 +253,134 @@ def test_read_holders_overlap_and_a_writer_waits_for_them(cli, zk):
 def test_lost_session_terminates_the_command_and_exits_75(cli, zk_ensemble, zk_namespace, zk):
     with Partition(zk_ensemble.hosts) as link:
         proc = cli.start("lock", "/fragile", "--hosts", link.hosts + zk_namespace, "--session-timeout", "2",
-                         "--grace", "10", *cli.holder("victim"), tag="victim")
+                         *cli.holder("victim"), tag="victim")
         cli.wait_event("victim", "start")
         assert len(queue(zk, "/fragile")) == 1
         cut_at = time.monotonic()
         link.cut()
         term = cli.wait_event("victim", "sigterm", timeout=DEADLINE)
         assert proc.wait() == 75
-    # Not before the hold could be lost: the connection was gone for the whole session timeout.
-    assert term["t"] - cut_at >= 1.5, f"SIGTERM came {term['t'] - cut_at:.2f} s after the cut"
+    # In doubt as soon as the connection dropped: stopped well before the session could expire.
+    assert term["t"] - cut_at < 2.0, f"SIGTERM came {term['t'] - cut_at:.2f} s after the cut"
     assert cli.events("victim", "end") == []
     lines = proc.stderr.splitlines()
-    assert lines == ["zkrecipes: lost the lock on /fragile: no connection to ZooKeeper for longer than the "
-                     "session timeout (2 s)"], proc.stderr
+    assert lines == ["zkrecipes: the lock on /fragile fell in doubt (ZooKeeper unreachable or silent): the command "
+                     "was stopped before the 2 s session could expire"], proc.stderr
     # The server expired the session too: the lock is free for the next run.
     r = cli.run("lock", "/fragile", "--timeout", "20", "--hosts", cli.hosts, "--", sys.executable, "-c", "")
     assert r.returncode == 0, r.stderr
+
+
+OVERLAP_SCRIPT = r'''
+import json, os, signal, sys, time
+
+log, name, stubborn = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+
+
+def alive(pid):  # running (a zombie has ended: its zkrecipes has not reaped it yet)
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def rec(ev, **kw):
+    with open(log, "a") as f:
+        f.write(json.dumps(dict(name=name, ev=ev, t=time.monotonic(), pid=os.getpid(), **kw)) + "\n")
+
+
+def on_term(signum, frame):
+    rec("sigterm")
+    if not stubborn:
+        rec("end")
+        sys.exit(0)
+
+
+signal.signal(signal.SIGTERM, on_term)
+others = [json.loads(line) for line in open(log)] if os.path.exists(log) else []
+rec("start", alive=[e["name"] for e in others if e["ev"] == "start" and alive(e["pid"])],
+    node=os.environ["ZKRECIPES_NODE"])
+if name.startswith("B"):
+    rec("end")
+    sys.exit(0)
+while True:
+    time.sleep(0.05)  # hold until signalled (a stubborn one until killed)
+'''
+
+
+@pytest.mark.parametrize("fault", ["silent", "silent-stubborn", "closed-stubborn", "silent", "silent-stubborn",
+                                   "elect-silent-stubborn"])
+def test_a_partitioned_holder_stops_its_command_before_another_can_start(cli, zk_ensemble, zk_namespace, zk, fault):
+    """A's zkrecipes reaches ZooKeeper through a link that freezes (silent: open, nothing delivered) or is
+    cut; B's waits directly. B's command must never start while A's runs: A's is signalled when its hold
+    falls in doubt and killed before the session can expire (a stubborn one ignores SIGTERM)."""
+    from lockhelpers import Freezer
+
+    script = cli.workdir / "overlap.py"
+    script.write_text(OVERLAP_SCRIPT)
+    stubborn = "1" if fault.endswith("stubborn") else "0"
+    command = "elect" if fault.startswith("elect") else "lock"
+    link = Freezer(zk_ensemble.hosts) if "silent" in fault else Partition(zk_ensemble.hosts)
+    with link:
+        a = cli.start(command, "/twice", "--hosts", link.hosts + zk_namespace, "--session-timeout", "3", "--",
+                      sys.executable, str(script), str(cli.log), "A", stubborn, tag="A")
+        a_start = cli.wait_event("A", "start")
+        a_pid = a_start["pid"]
+        expired: list = []
+        assert zk.exists(a_start["node"], watch=lambda e: expired.append(time.monotonic())) is not None
+        gone: list = []
+        watcher = threading.Thread(target=lambda: gone.append(_until_gone(a_pid)), daemon=True)
+        watcher.start()
+        b = cli.start(command, "/twice", "--hosts", cli.hosts, "--session-timeout", "3", "--",
+                      sys.executable, str(script), str(cli.log), "B", "0", tag="B")
+        wait_until(lambda: len(queue(zk, "/twice")) == 2, "B queued behind A")
+        fault_at = link.freeze() if isinstance(link, Freezer) else (link.cut(), time.monotonic())[1]
+        b_start = cli.wait_event("B", "start")
+        assert a.wait() == 75, a.stderr
+        assert b.wait() == 0, b.stderr
+        watcher.join(DEADLINE)
+    assert b_start["alive"] == [], f"B's command started while A's was still running ({fault})"
+    assert gone and gone[0] < b_start["t"]
+    term = cli.events("A", "sigterm")
+    assert term, "A's command was never signalled"
+    a_end = cli.events("A", "end")
+    wait_until(lambda: expired, "the server expired A's session")
+    assert gone[0] < expired[0]
+    timeline = {"sigterm": term[0]["t"] - fault_at, "A gone": gone[0] - fault_at,
+                "server expired A": expired[0] - fault_at, "B start": b_start["t"] - fault_at}
+    if a_end:
+        timeline["A end"] = a_end[0]["t"] - fault_at
+        assert a_end[0]["t"] < b_start["t"]
+    print(f"\n{fault}: " + ", ".join(f"{k} {v:+.2f}" for k, v in timeline.items()))
+    assert term[0]["t"] - fault_at <= 1.5 + 0.5  # in doubt at half the 3 s timeout, at the latest
+
+
+def _until_gone(pid: int) -> float:
+    """Monotonic time at which process ``pid`` is seen ended (exited or a zombie), polled every 5 ms."""
+    deadline = time.monotonic() + DEADLINE
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+        except OSError:
+            break
+        time.sleep(0.005)
+    return time.monotonic()
+
+
+def test_a_grace_longer_than_the_session_timeout_leaves_is_refused(cli):
+    r = cli.run("lock", "/g", "--hosts", "127.0.0.1:1", "--session-timeout", "3", "--grace", "2", "--", "true")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == ["zkrecipes: --grace 2 is longer than the 1.2 s a 3 s session timeout leaves "
+                                     "between doubt and the lost deadline; use --grace 1.2 or less, or a longer "
+                                     "--session-timeout"], r.stderr
+    r = cli.run("lock", "/g", "--hosts", "127.0.0.1:1", "--connect-timeout", "0.5", "--session-timeout", "3",
+                "--grace", "1.2", "--", "true")  # the limit itself is allowed: on to connecting (and failing)
+    assert r.returncode == 69, r.stderr
+    r = cli.run("elect", "/g", "--hosts", "127.0.0.1:1", "--grace", "4.5", "--", "true")  # default 10 s session
+    assert r.returncode == 2 and "--grace 4.5 is longer than the 4 s" in r.stderr, r.stderr
 
 
 def test_timeout_exits_75_naming_how_many_were_ahead(cli, zk):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from importlib import metadata
 
 import kazoo
 import kazoo.exceptions
 import pytest
+from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, NoNodeError
 from kazoo.protocol.serialization import GetChildren
 from kazoo.security import OPEN_ACL_UNSAFE
@@ -47,8 +49,32 @@ def test_session_id_and_is_stopped(zk_factory):
     assert _kazoo.session_id(client) is None
 
 
-def test_session_timeout_is_what_the_client_asked_for(zk_factory):
-    assert _kazoo.session_timeout(zk_factory(timeout=3.5)) == 3.5
+def test_session_timeout_is_the_granted_one_and_replies_are_stamped_with_their_send_time(zk_factory):
+    client = zk_factory(start=False, timeout=3.5)
+    assert _kazoo.session_timeout(client) == 3.5  # asked for: no connect response yet
+    assert _kazoo.heard(client).granted is None and _kazoo.heard(client).answered is None
+    before = time.monotonic()
+    client.start(timeout=30)
+    h = _kazoo.heard(client)
+    assert h.granted == 3.5 and _kazoo.session_timeout(client) == 3.5  # within the servers' bounds: granted
+    assert h.answered is not None and before <= h.answered <= time.monotonic()  # the connect's send time
+    sent = time.monotonic()
+    client.exists("/")
+    assert sent <= h.answered <= time.monotonic()  # an answered request: stamped when it was sent
+    idle_from = time.monotonic()
+    wait_until(lambda: h.answered > idle_from, 10, "an idle client's ping is answered")  # pings count too
+    assert h.answered - idle_from < 3.5 / 3 + 1.0  # kazoo pings a third of the timeout after its last send
+
+
+def test_session_timeout_is_the_servers_when_it_grants_another(zk_ensemble):
+    low = 2 * zk_ensemble.tick_ms if hasattr(zk_ensemble, "tick_ms") else zk_ensemble.session_timeout_bounds()[0]
+    client = KazooClient(hosts=zk_ensemble.hosts, timeout=low / 2000.0)  # below minSessionTimeout: raised
+    try:
+        client.start(timeout=30)
+        assert _kazoo.session_timeout(client) == low / 1000.0 != client._session_timeout / 1000.0
+    finally:
+        client.stop()
+        client.close()
 
 
 def test_submit_pipelines_in_order_and_fails_cleanly_once_stopped(zk_factory):

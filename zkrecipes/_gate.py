@@ -37,11 +37,12 @@ def in_doubt(hold: Any, tolerate_suspended: bool) -> Optional[str]:
     """Why ``hold`` (a :class:`~zkrecipes.session.Hold`) may not be trusted now, or None: lost (always),
     suspended, or not confirmed since the process stood still (both unless ``tolerate_suspended``).
     A stalled hold should be confirmed (one read) before asking."""
+    overdue = hold.in_doubt()  # the doubt clock itself: the session thread may not have looked yet
     if hold.state == LOST:
         return "lost: the session ended"
     if tolerate_suspended:
         return None
-    if hold.state == SUSPENDED:
+    if hold.state == SUSPENDED or overdue:
         return "uncertain: connection suspended"
     if hold.stale():
         return "uncertain: the process stood still, unconfirmed"

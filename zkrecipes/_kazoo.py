@@ -7,15 +7,19 @@ oldest that setup.cfg allows (2.9.0).
 
 from __future__ import annotations
 
+import collections
 import threading
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+import time
+from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 import kazoo.exceptions
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError
 from kazoo.handlers.threading import SequentialThreadingHandler
+from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import (
     CheckVersion,
+    Connect,
     Create2,
     Delete,
     GetChildren,
@@ -163,10 +167,84 @@ def session_id(client: KazooClient) -> Optional[int]:
     return client._session_id if client._state in _LIVE else None
 
 
+_WATCH_XID = -1  # a watch notification: the server's news, not an answer to anything we sent
+
+
+class Heard:
+    """What one connection's replies tell about its session, on the client's monotonic clock: ``granted``,
+    the session timeout (s) in the server's last connect response (None before one); ``answered``, when we
+    sent the latest request (ping, connect and auth included) that the server has answered (None before
+    one). The server heard that request no earlier than we sent it, so it cannot expire the session before
+    ``answered + granted``. Written by kazoo's connection thread only; plain attribute reads elsewhere."""
+
+    __slots__ = ("granted", "answered", "_sent")
+
+    def __init__(self) -> None:
+        self.granted: Optional[float] = None
+        self.answered: Optional[float] = None
+        self._sent: Deque[float] = collections.deque()  # send times of requests not answered yet, oldest first
+
+
+def _heard(conn: Any) -> Heard:
+    h: Optional[Heard] = conn.__dict__.get("_zkrecipes_heard")
+    if h is None:
+        h = conn._zkrecipes_heard = Heard()
+    return h
+
+
+def _follow_replies() -> None:
+    """Teach kazoo's ConnectionHandler to stamp what it sends and hears, for every client of the process
+    (installed once, at import; a client connected before then learns ``granted`` on its next connect).
+    Wraps ``ConnectionHandler._submit`` (every request, ping and connect is written through it),
+    ``_read_header`` (every reply but the connect response) and ``_invoke`` (the connect: its response's
+    ``time_out``) (2.9.0-2.11.0). A reply answers the oldest request not yet answered: ZooKeeper answers a
+    session's requests in order, and were it not to, the older stamp would only bring the deadline earlier."""
+    if getattr(ConnectionHandler, "_zkrecipes_follows", False):
+        return
+    submit, read_header, invoke = ConnectionHandler._submit, ConnectionHandler._read_header, ConnectionHandler._invoke
+
+    def _submit(self: Any, request: Any, timeout: Any, xid: Any = None) -> Any:
+        _heard(self)._sent.append(time.monotonic())  # stamped before the write: never later than the send
+        return submit(self, request, timeout, xid)
+
+    def _read_header(self: Any, timeout: Any) -> Any:
+        got = read_header(self, timeout)
+        if got[0].xid != _WATCH_XID:
+            h = _heard(self)
+            if h._sent:
+                h.answered = h._sent.popleft()
+        return got
+
+    def _invoke(self: Any, timeout: Any, request: Any, xid: Any = None) -> Any:
+        if not isinstance(request, Connect):
+            return invoke(self, timeout, request, xid)
+        h = _heard(self)
+        h._sent.clear()  # a new connection: nothing sent on the old one will be answered
+        sent = time.monotonic()
+        got = invoke(self, timeout, request, xid)
+        h._sent.clear()  # the connect's own stamp: its response is read without _read_header
+        if isinstance(got, tuple) and got[0].time_out > 0:  # <= 0: the session has expired
+            h.granted, h.answered = got[0].time_out / 1000.0, sent  # before kazoo reports CONNECTED
+        return got
+
+    ConnectionHandler._submit, ConnectionHandler._read_header = _submit, _read_header
+    ConnectionHandler._invoke = _invoke
+    ConnectionHandler._zkrecipes_follows = True
+
+
+_follow_replies()
+
+
+def heard(client: KazooClient) -> Heard:
+    """What the replies on ``client``'s connection told so far (``KazooClient._connection``; 2.9.0-2.11.0)."""
+    return _heard(client._connection)
+
+
 def session_timeout(client: KazooClient) -> float:
-    """The session timeout the client asked for, in seconds (kazoo keeps no negotiated one).
-    Relies on ``KazooClient._session_timeout`` (ms; 2.9.0-2.11.0)."""
-    return float(client._session_timeout) / 1000.0
+    """The session timeout in seconds: the one the server granted once a connect response said it, else
+    the one the client asked for (``KazooClient._session_timeout``, ms; 2.9.0-2.11.0)."""
+    granted = _heard(client._connection).granted
+    return granted if granted is not None else float(client._session_timeout) / 1000.0
 
 
 def is_stopped(client: KazooClient) -> bool:

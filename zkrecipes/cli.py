@@ -7,7 +7,8 @@ of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 
 Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
 usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
-out waiting, or the hold was lost while the command ran (it got SIGTERM, then SIGKILL after ``--grace``);
+out waiting, or the hold fell in doubt while the command ran (it got SIGTERM, then SIGKILL after ``--grace``
+or just before the session could expire, whichever is first);
 77 authentication required or refused, or an ACL does not allow what was asked;
 126/127 command not executable / not found; 130 interrupted (SIGINT), 143 terminated (SIGTERM) while waiting.
 """
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
@@ -50,7 +51,7 @@ EXIT_CODES = f"""exit codes:
   {EXIT_USAGE}    bad usage or input (path, missing command, chroot, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
   {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
-  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership was lost while the command ran
+  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership fell in doubt while the command ran
   {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
   {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
@@ -155,9 +156,53 @@ class Outcome:
         self.signalled = signalled  # we forwarded SIGINT/SIGTERM/SIGHUP to it: the user wants to stop
 
 
-def run_held(cmd: Sequence[str], env_extra: Dict[str, str], lost: threading.Event, describe_loss: Callable[[], str],
-             grace: float) -> Outcome:
-    """Run ``cmd`` while ``lost`` is not set; on loss SIGTERM it (SIGKILL after ``grace``) and raise CliError 75.
+KILL_MARGIN = 0.1  # of the session timeout (at least MIN_KILL_MARGIN): the child is gone this long before
+MIN_KILL_MARGIN = 0.2  # the lost deadline (seconds), for the kill to land and the clocks to differ a little
+
+
+def kill_margin(timeout: float) -> float:
+    """Seconds between the latest SIGKILL and the lost deadline, for a ``timeout`` s session."""
+    return max(MIN_KILL_MARGIN, KILL_MARGIN * timeout)
+
+
+def grace_window(timeout: float) -> float:
+    """The longest ``--grace`` a ``timeout`` s session leaves: from the moment a hold falls in doubt
+    (no answer for half the timeout) to its SIGKILL moment (the lost deadline minus :func:`kill_margin`)."""
+    from .session import OVERDUE
+
+    return round(max(0.0, (1.0 - OVERDUE) * timeout - kill_margin(timeout)), 3)  # 1.2, not 1.1999999999999998
+
+
+class Held:
+    """What :func:`run_held` watches: a lock or an election (``state`` and ``lost``) on ``client``."""
+
+    def __init__(self, client: KazooClient, participant: Any, noun: str) -> None:
+        self.client, self.participant, self.noun = client, participant, noun
+
+    def in_doubt(self) -> bool:
+        return self.participant.state in ("suspended", "lost") or bool(self.participant.lost.is_set())
+
+    def kill_by(self) -> Optional[float]:
+        """Monotonic time the child must be killed by: the lost deadline minus the margin (None: unknown)."""
+        from ._kazoo import session_timeout
+        from .session import SessionWatcher
+
+        d = SessionWatcher.of(self.client).deadlines()
+        return None if d is None else d[1] - kill_margin(session_timeout(self.client))
+
+    def reason(self) -> str:
+        if self.participant.lost.is_set():
+            return _loss_reason(self.client, f"lost {self.noun}")
+        from ._kazoo import session_timeout
+
+        return (f"{self.noun} fell in doubt (ZooKeeper unreachable or silent): the command was stopped before "
+                f"the {session_timeout(self.client):g} s session could expire")
+
+
+def run_held(cmd: Sequence[str], env_extra: Dict[str, str], held: Held, grace: Optional[float]) -> Outcome:
+    """Run ``cmd`` while the hold is certain. When it falls in doubt (or is lost): SIGTERM the command,
+    then SIGKILL it ``grace`` seconds later, or earlier so that it is gone :func:`kill_margin` before the
+    lost deadline (at once if the hold is already lost); then raise CliError 75.
 
     SIGINT/SIGTERM/SIGHUP sent to us are forwarded to the command while it runs.
     """
@@ -179,35 +224,66 @@ def run_held(cmd: Sequence[str], env_extra: Dict[str, str], lost: threading.Even
 
     old = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
+        term_at: Optional[float] = None
+        reason = ""
         while True:
-            try:
-                return Outcome(_child_status(proc.wait(timeout=0.1)), bool(forwarded))
-            except subprocess.TimeoutExpired:
-                pass
-            if lost.is_set():
-                reason = describe_loss()
+            now = time.monotonic()
+            wait = 0.05
+            if term_at is None and held.in_doubt():
+                reason = held.reason()
+                log.info("%s: SIGTERM to pid %d", reason, proc.pid)
                 proc.terminate()
-                try:
-                    proc.wait(timeout=grace)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+                term_at = now
+            if term_at is not None:
+                kill_at = term_at + grace if grace is not None else float("inf")
+                by = held.kill_by()
+                if by is not None:
+                    kill_at = min(kill_at, by)
+                if held.participant.lost.is_set():  # past the deadline, or the server said so: no more time
+                    kill_at = now
+                    reason = held.reason()
+                if now >= kill_at:
+                    if proc.poll() is None:
+                        log.info("SIGKILL to pid %d", proc.pid)
+                        proc.kill()
                     proc.wait()
+                    raise _fail(reason, EXIT_TEMPFAIL)
+                wait = min(wait, kill_at - now)
+            try:
+                status = proc.wait(timeout=max(0.0, wait))
+            except subprocess.TimeoutExpired:
+                continue
+            if term_at is not None:
                 raise _fail(reason, EXIT_TEMPFAIL)
+            return Outcome(_child_status(status), bool(forwarded))
     finally:
         for s, h in old.items():
             signal.signal(s, h)
 
 
+def _check_grace(grace: Optional[float], session_timeout: float) -> Optional[float]:
+    """Refuse a ``--grace`` longer than the session timeout leaves (see :func:`grace_window`)."""
+    if grace is None:
+        return None
+    window = grace_window(session_timeout)
+    if grace > window:
+        raise _fail(f"--grace {grace:g} is longer than the {window:g} s a {session_timeout:g} s session timeout "
+                    f"leaves between doubt and the lost deadline; use --grace {window:g} or less, or a longer "
+                    f"--session-timeout", EXIT_USAGE)
+    return grace
+
+
 def _loss_reason(client: KazooClient, what: str) -> str:
-    """One line on why a hold was lost: expiry seen by the server, or a suspension past the timeout."""
-    if client.connected:
-        return f"{what}: the ZooKeeper session expired"
+    """One line on why a hold was lost: no answer within the session timeout, or expiry told by the server."""
     if client.client_state in ("CLOSED", "AUTH_FAILED"):  # kazoo gave up: e.g. its login refused on reconnecting
         return f"{what}: the ZooKeeper client gave up reconnecting (was its login refused?)"
     from ._kazoo import session_timeout
+    from .session import SessionWatcher
 
-    timeout = session_timeout(client)
-    return f"{what}: no connection to ZooKeeper for longer than the session timeout ({timeout:g} s)"
+    d = SessionWatcher.of(client).deadlines()
+    if d is not None and time.monotonic() >= d[1]:
+        return f"{what}: no answer from ZooKeeper within the session timeout ({session_timeout(client):g} s)"
+    return f"{what}: the ZooKeeper session expired"
 
 
 def _token_env(token: Optional[int], node: Optional[str]) -> Dict[str, str]:
@@ -285,6 +361,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
                     EXIT_USAGE)
     if args.leases and args.protocol != "zkrecipes":
         raise _fail(f"-n has no --protocol {args.protocol} (zkrecipes' semaphore only)", EXIT_USAGE)
+    grace = _check_grace(args.grace, args.session_timeout)
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
@@ -318,8 +395,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
                     ahead = "?"
             raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
         try:
-            outcome = run_held(cmd, _token_env(lock.token, lock.node), lock.lost,
-                               lambda: _loss_reason(client, f"lost the lock on {path}"), args.grace)
+            outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"the lock on {path}"),
+                               grace)
             return outcome.status
         finally:
             lock.release()
@@ -333,6 +410,7 @@ def cmd_elect(args: argparse.Namespace) -> int:
     path = _check_path(args.path)
     cmd = _check_cmd(args.cmd, "elect")
     identifier = _check_identifier(args.identifier)
+    grace = _check_grace(args.grace, args.session_timeout)
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     election = LeaderElection(client, path, identifier, protocol=args.protocol, acl=security.acl())
@@ -350,8 +428,8 @@ def cmd_elect(args: argparse.Namespace) -> int:
             if not got:
                 raise _fail(f"timed out waiting for leadership of {path}", EXIT_TEMPFAIL)
             try:
-                outcome = run_held(cmd, _token_env(election.token, election.node), election.lost,
-                                   lambda: _loss_reason(client, f"lost leadership of {path}"), args.grace)
+                outcome = run_held(cmd, _token_env(election.token, election.node),
+                                   Held(client, election, f"leadership of {path}"), grace)
             except CliError as exc:
                 if not (args.requeue and exc.code == EXIT_TEMPFAIL):
                     raise
@@ -558,8 +636,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="take one of N leases: at most N commands run at once (a semaphore)")
     lk.add_argument("--timeout", type=_nonneg, metavar="S", help="give up waiting after S seconds (exit 75)")
     lk.add_argument("--identifier", metavar="ID", help="shown to others in status")
-    lk.add_argument("--grace", type=_nonneg, default=10.0, metavar="S",
-                    help="after a lost hold, SIGKILL CMD S seconds after SIGTERM (default 10)")
+    lk.add_argument("--grace", type=_nonneg, metavar="S",
+                    help="when the hold falls in doubt CMD gets SIGTERM, and SIGKILL S seconds later (at most, "
+                         "and by default, just before the session could expire: see docs/cli.rst)")
     lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
     lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
                     help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
@@ -574,7 +653,7 @@ def build_parser() -> argparse.ArgumentParser:
     el.add_argument("--identifier", metavar="ID")
     el.add_argument("--timeout", type=_nonneg, metavar="S", help="give up campaigning after S seconds (exit 75)")
     el.add_argument("--requeue", action="store_true", help="campaign again each time CMD ends")
-    el.add_argument("--grace", type=_nonneg, default=10.0, metavar="S")
+    el.add_argument("--grace", type=_nonneg, metavar="S", help="as for lock")
     el.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
                     help="node format, to share PATH with kazoo's Election or Curator's LeaderLatch")
     common(el)

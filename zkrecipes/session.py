@@ -1,12 +1,16 @@
 """Session states: one watcher per KazooClient, and the state machine of one hold.
 
-A dispatcher thread per client turns kazoo's states into ``suspended`` / ``connected`` / ``lost`` events,
-so no subscriber runs on kazoo's threads. A suspension past the session timeout is ``lost`` at once (the
-server may have given the lock away). Timed waits that overrun by a third of the session timeout mean the
-process stood still (GC, SIGSTOP): holds are then *stale* until ZooKeeper confirms them.
+A dispatcher thread per client turns kazoo's states, and the doubt clock, into ``suspended`` /
+``connected`` / ``lost`` events, so no subscriber runs on kazoo's threads. The doubt clock (DESIGN.md):
+with ``sent`` the moment we sent the latest request the server has answered (pings included) and ``T`` the
+session timeout the server granted, the session is *in doubt* (``suspended``) from ``sent + T/2`` without a
+newer answer (kazoo pings every ``T/3`` when idle, so a live link answers well before) or when kazoo
+reports the connection lost, and ``lost`` at ``sent + T`` (the server may expire it from then on, and give
+the lock away). Timed waits that overrun by a third of the session timeout mean the process stood still
+(GC, SIGSTOP): holds are then *stale* until ZooKeeper confirms them.
 
-A :class:`Hold`: held -> suspended (connection drops) -> lost (session expired, or suspended too long);
-back to held when reconnected in the same session with its node verified ours.
+A :class:`Hold`: held -> suspended (connection drops, or replies overdue) -> lost (session expired, or the
+lost deadline passed); back to held when replies come again in the same session with its node verified ours.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
-from ._kazoo import is_stopped, session_id, session_timeout
+from ._kazoo import heard, is_stopped, session_id, session_timeout
 
 log = logging.getLogger("zkrecipes.session")
 
@@ -33,6 +37,13 @@ CONNECTED = "connected"
 LOST = "lost"
 STALLED = "stalled"  # the process stood still: holds must be confirmed before they are trusted again
 _TICK = 0.5  # the dispatcher wakes at least this often
+OVERDUE = 0.5  # no answer for this fraction of the session timeout: in doubt (kazoo pings every third)
+
+
+def lost_lead(timeout: float) -> float:
+    """How long before the lost deadline a hold is declared lost: a twentieth of the session timeout, at
+    most 0.2 s, so that a dispatcher woken a little late still tells it before the server can expire."""
+    return min(0.2, timeout / 20.0)
 
 Subscriber = Callable[[str], None]
 
@@ -62,7 +73,9 @@ class SessionWatcher:
         self._lock = threading.Lock()
         self._events: "queue.Queue[Tuple[Any, Optional[int]]]" = queue.Queue()  # (state, sid) or (fn, None)
         self._thread: Optional[threading.Thread] = None
-        self._suspended_at: Optional[float] = None
+        self._suspended_at: Optional[float] = None  # kazoo reported the connection lost (monotonic)
+        self._overdue = False  # we reported ``suspended`` because replies are overdue
+        self._lost_at: Optional[float] = None  # the lost deadline we reported ``lost`` at (once per deadline)
         self._timeout = session_timeout(client)
         self.stall_limit = self._timeout / 3.0  # an overrun longer than this counts as a stall
         self.stalled_at = 0.0  # monotonic time the last stall was noticed
@@ -96,6 +109,58 @@ class SessionWatcher:
         wake_by = self._wake_by
         return self.stalled_at > t or (wake_by is not None and time.monotonic() > wake_by + self.stall_limit)
 
+    def deadlines(self) -> Optional[Tuple[float, float]]:
+        """``(in_doubt_at, lost_at)`` on the monotonic clock: from when we sent the latest request the server
+        answered, half and all of the granted session timeout (see the module docstring); from kazoo's
+        report of a lost connection if no answer was seen yet. None if neither is known."""
+        client = self._client_ref()
+        if client is None:
+            return None
+        base = heard(client).answered
+        if base is None:
+            base = self._suspended_at
+        if base is None:
+            return None
+        timeout = session_timeout(client)
+        return base + OVERDUE * timeout, base + timeout
+
+    def lost_by(self) -> Optional[Tuple[float, float]]:
+        """``(in_doubt_at, declare_lost_at)``: :meth:`deadlines` with the lost one brought forward by
+        :func:`lost_lead`."""
+        d = self.deadlines()
+        if d is None:
+            return None
+        return d[0], d[1] - lost_lead((d[1] - d[0]) / (1.0 - OVERDUE))
+
+    def _follow_clock(self) -> Optional[float]:
+        """Report what the doubt clock says now; return when it should be looked at next (None: no need)."""
+        d = self.lost_by()
+        if d is None:
+            return None
+        doubt_at, lost_at = d
+        now = time.monotonic()
+        if now >= lost_at:
+            if self._lost_at != lost_at:
+                log.warning("no answer from ZooKeeper for almost the session timeout: holds are lost")
+                self._lost_at, self._suspended_at, self._overdue = lost_at, None, False
+                self._emit(LOST)
+            return None
+        if now >= doubt_at:
+            # a stall of our own since then is the stall check's to settle (holds confirm with one read)
+            stalled_since_doubt = self.stalled_at >= doubt_at
+            if not self._overdue and self._suspended_at is None and not stalled_since_doubt:
+                self._overdue = True
+                log.info("no answer from ZooKeeper for %.0f%% of the session timeout: holds are in doubt",
+                         OVERDUE * 100)
+                self._emit(SUSPENDED)
+            return lost_at
+        if self._overdue:  # answers again, in the session kazoo still calls connected: holds verify their nodes
+            self._overdue = False
+            client = self._client_ref()
+            if client is not None and session_id(client) == self.last_session:
+                self._emit(CONNECTED)
+        return doubt_at
+
     def post(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on the dispatcher thread (in order with the session events)."""
         self._events.put((fn, None))
@@ -122,8 +187,9 @@ class SessionWatcher:
         subscribed = -1
         while True:
             wait = _TICK
-            if self._suspended_at is not None:
-                wait = max(0.0, min(wait, self._suspended_at + self._timeout - time.monotonic()))
+            next_look = self._follow_clock()
+            if next_look is not None:
+                wait = max(0.0, min(wait, next_look - time.monotonic()))
             started = time.monotonic()
             self._wake_by = started + wait
             try:
@@ -145,10 +211,6 @@ class SessionWatcher:
                     log.exception("posted call %r failed", state)
                 continue
             if state is None:
-                if self._suspended_at is not None and time.monotonic() >= self._suspended_at + self._timeout:
-                    log.warning("suspended longer than the session timeout (%.1f s): holds are lost", self._timeout)
-                    self._suspended_at = None
-                    self._emit(LOST)
                 client = self._client_ref()
                 with self._lock:
                     if client is None or (is_stopped(client) and self._events.empty()):
@@ -165,10 +227,10 @@ class SessionWatcher:
                     self._suspended_at = time.monotonic()
                 self._emit(SUSPENDED)
             elif state == KazooState.LOST:
-                self._suspended_at = None
+                self._suspended_at, self._overdue = None, False
                 self._emit(LOST)
             elif state == KazooState.CONNECTED:
-                self._suspended_at = None
+                self._suspended_at, self._overdue = None, False
                 if self.last_session is not None and sid != self.last_session:
                     self._emit(LOST)
                 self.last_session = sid
@@ -258,6 +320,17 @@ class Hold:
             if self.state == HELD:
                 self.state = SUSPENDED
         self._watcher.post(lambda: self._on_event(CONNECTED))
+
+    def in_doubt(self) -> bool:
+        """Read the doubt clock now, without waiting for the dispatcher: mark the hold lost if the lost
+        deadline has passed; True if lost or past the in-doubt moment (replies overdue)."""
+        d = self._watcher.lost_by()
+        if d is None or self.released:
+            return self.state == LOST
+        now = time.monotonic()
+        if now >= d[1]:
+            self._set(LOST)
+        return self.state == LOST or now >= d[0]
 
     def stale(self) -> bool:
         """True while held but not confirmed since the process stood still (see the module docstring)."""

@@ -18,6 +18,9 @@ class FakeHold:
 
     state, node = "held", "/p/h-W-0000000001"
 
+    def in_doubt(self) -> bool:
+        return False
+
     def stale(self) -> bool:
         return False
 

@@ -15,6 +15,9 @@ class FakeHold:
     def __init__(self, state: str = "held", stale: bool = False) -> None:
         self.state, self._stale, self.node = state, stale, "/p/h-W-0000000001"
 
+    def in_doubt(self) -> bool:
+        return self.state == "lost"
+
     def stale(self) -> bool:
         return self._stale
 
