@@ -106,8 +106,13 @@ class SessionWatcher:
     def stalled_since(self, t: float) -> bool:
         """True if the process may have stood still past the stall limit since monotonic ``t`` (noticed, or
         the dispatcher is overdue by that much: it may not have run since the process resumed)."""
-        wake_by = self._wake_by
-        return self.stalled_at > t or (wake_by is not None and time.monotonic() > wake_by + self.stall_limit)
+        if self.stalled_at > t:
+            return True
+        wake_by, now = self._wake_by, time.monotonic()
+        if wake_by is not None and now > wake_by + self.stall_limit:
+            self.stalled_at = now  # noticed here first: a read confirming a hold from now on covers this stall
+            return True
+        return False
 
     def deadlines(self) -> Optional[Tuple[float, float]]:
         """``(in_doubt_at, lost_at)`` on the monotonic clock: from when we sent the latest request the server
@@ -198,8 +203,10 @@ class SessionWatcher:
                 state = None
             now = time.monotonic()
             stalled = now - started > wait + self.stall_limit
-            if stalled:
-                self.stalled_at = now  # before _wake_by is cleared: stalled_since() never misses it
+            if stalled and self.stalled_at <= started + wait + self.stall_limit:
+                # before _wake_by is cleared: stalled_since() never misses it; a notice of this same overrun by
+                # stalled_since() is kept (a hold confirmed since then must not turn stale again)
+                self.stalled_at = now
             self._wake_by = None
             if stalled:
                 log.warning("the process stood still for %.1f s: holds must be confirmed", now - started - wait)
