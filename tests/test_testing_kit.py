@@ -7,6 +7,7 @@ leader, an expired session, a cut link) and that an Ensemble cleans up after its
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -209,6 +210,74 @@ def test_partition_cut_past_session_timeout_loses_the_session(zk_ensemble, zk_fa
         assert session_id(client) != sid
         assert client.exists("/eph") is None
         client.stop()
+
+
+def _client_socket_open(client) -> bool:
+    """kazoo's connection still has its socket (a cut closes it; a freeze does not)."""
+    sock = client._connection._socket
+    return sock is not None and sock.fileno() != -1
+
+
+def test_freeze_keeps_the_connection_open_delivers_nothing_and_the_server_expires_the_session(
+        zk_ensemble, zk_factory):
+    observer = zk_factory()
+    with Partition(zk_ensemble.hosts) as p:
+        client = zk_factory(hosts=p.hosts, timeout=3.0, connection_retry=FAST_RECONNECT)
+        states = StateLog(client)
+        client.create("/frozen-eph", b"x", ephemeral=True)
+        observer.sync("/")
+        assert observer.exists("/frozen-eph") is not None
+
+        frozen_at = p.freeze()
+        assert p.is_frozen and not p.is_cut
+        reply = client.exists_async("/")  # sent into the silence: no answer while frozen
+        time.sleep(0.5)  # the fault itself: half a second of silence, less than the 2 s read timeout
+        assert not reply.ready(), "a reply came through a frozen link"
+        assert client.connected and _client_socket_open(client), "a freeze must not close the connection"
+        assert KazooState.SUSPENDED not in states.seen
+
+        k = states.wait_for(KazooState.SUSPENDED, timeout=10)  # only once a heartbeat goes unanswered
+        assert time.monotonic() - frozen_at > 0.5
+        # the server hears nothing either, so it expires the session after the timeout
+        wait_until(lambda: observer.exists("/frozen-eph") is None, 20, "server expired the frozen session")
+        p.heal()
+        assert not p.is_frozen
+        k = states.wait_for(KazooState.LOST, since=k, timeout=15)
+        states.wait_for(KazooState.CONNECTED, since=k, timeout=15)
+        assert client.exists("/frozen-eph") is None
+        client.stop()
+
+
+def test_freeze_and_quick_heal_delivers_what_was_held_back(zk_ensemble, zk_factory):
+    with Partition(zk_ensemble.hosts) as p:
+        client = zk_factory(hosts=p.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+        states = StateLog(client)
+        sid = client.client_id[0]
+        p.freeze()
+        write = client.create_async("/held-back", b"y")
+        time.sleep(0.3)  # the fault itself: shorter than any timeout
+        assert not write.ready()
+        p.heal()
+        assert write.get(timeout=5) == "/held-back"  # delivered once the link flows again
+        assert client.client_id[0] == sid and KazooState.LOST not in states.seen
+        client.stop()
+
+
+def test_freeze_of_one_server_leaves_new_connections_unanswered(zk_ensemble):
+    with Partition(zk_ensemble.hosts) as p:
+        p.freeze(server=0)
+        answered = []
+        for _ in range(3):  # connections go to servers 0, 1, 2 in turn: the first is accepted, never answered
+            with socket.create_connection(("127.0.0.1", p.port), timeout=2) as s:
+                s.sendall(b"ruok")
+                s.settimeout(1.0)
+                try:
+                    answered.append(s.recv(16))
+                except socket.timeout:
+                    answered.append(None)
+        assert answered[0] is None and answered[1:] == [b"imok", b"imok"], answered
+        with pytest.raises(ValueError, match="server must be an index below 3, got 3"):
+            p.freeze(server=3)
 
 
 # -- Ensemble basics -----------------------------------------------------------------------------------------

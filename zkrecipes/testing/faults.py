@@ -1,4 +1,5 @@
-"""Faults a test can inject into a client: server-side session expiry and a cuttable network link."""
+"""Faults a test can inject into a client: server-side session expiry, and a network link that can be cut
+(connections closed) or frozen (a silent partition: connections open, nothing delivered)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import selectors
 import socket
 import threading
 import time
-from typing import Optional
+from typing import Dict, List, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
@@ -58,11 +59,16 @@ def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
 
 
 class Partition:
-    """A loopback TCP proxy between clients and an ensemble, whose link a test can cut and heal.
+    """A loopback TCP proxy between clients and an ensemble, whose link a test can cut, freeze and heal.
 
-    Give clients :attr:`hosts` instead of the ensemble's connect string. :meth:`cut` closes every
-    proxied connection and refuses new ones (the client goes SUSPENDED; after the session timeout the
-    server expires the session); :meth:`heal` lets connections through again. Close it when done.
+    Give clients :attr:`hosts` instead of the ensemble's connect string (each new connection goes to the
+    next server of ``upstream`` in turn). :meth:`cut` closes every proxied connection and refuses new
+    ones: the client sees the drop at once and goes SUSPENDED. :meth:`freeze` is the partition real
+    networks make (a switch, a firewall, a paused VM): connections stay open and nothing is delivered
+    either way; new connections are accepted and never answered. The client notices only when its
+    replies are overdue; the server expires the session after the session timeout either way.
+    :meth:`heal` ends both (bytes held back by a freeze are delivered then, as TCP would). Close it when
+    done; nothing is left running.
     """
 
     def __init__(self, upstream: str) -> None:
@@ -80,8 +86,14 @@ class Partition:
         self.port = self._listener.getsockname()[1]
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._listener, selectors.EVENT_READ, None)
-        self._peers: dict[socket.socket, socket.socket] = {}
+        self._peers: Dict[socket.socket, socket.socket] = {}
+        self._target_of: Dict[socket.socket, int] = {}  # both sockets of a pair -> index of its server
+        self._parked: Set[socket.socket] = set()  # frozen: not read, so nothing is delivered
+        self._pending: List[Tuple[socket.socket, int]] = []  # accepted while frozen: not answered yet
         self._cut = False
+        self._frozen: Optional[Set[int]] = None  # indexes of the frozen servers, or None
+        self._frozen_done: Optional[threading.Event] = None  # set once the proxy thread has parked the frozen
+        self._next = -1
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -99,24 +111,48 @@ class Partition:
         """True while the link is cut."""
         return self._cut
 
+    @property
+    def is_frozen(self) -> bool:
+        """True while the link (or one server's side of it) is frozen."""
+        return self._frozen is not None
+
     def cut(self) -> None:
         """Drop every proxied connection now and refuse new ones until :meth:`heal`."""
         with self._lock:
             self._cut = True
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"c")
+        self._wake()
+
+    def freeze(self, server: Optional[int] = None) -> float:
+        """Deliver nothing, either way, until :meth:`heal`, keeping every connection open: on the whole
+        link, or only on connections to server ``server`` (an index into ``upstream``: that server looks
+        silent to these clients). Returns the monotonic time from which nothing more is delivered."""
+        if server is not None and not (isinstance(server, int) and 0 <= server < len(self._targets)):
+            raise ValueError(f"server must be an index below {len(self._targets)}, got {server!r}")
+        done = threading.Event()
+        with self._lock:
+            self._frozen = set(range(len(self._targets))) if server is None else (self._frozen or set()) | {server}
+            self._frozen_done = done
+        self._wake()
+        if threading.current_thread() is not self._thread:
+            done.wait(5.0)  # the proxy thread has parked every frozen socket: no byte in flight after this
+        return time.monotonic()
 
     def heal(self) -> None:
-        """Let connections through again."""
+        """Let connections through again (ends a cut and a freeze)."""
         with self._lock:
             self._cut = False
+            self._frozen = None
+        self._wake()
 
     def close(self) -> None:
         """Stop the proxy thread and close every socket."""
         self._stop.set()
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"s")
+        self._wake()
         self._thread.join(5)
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"w")
 
     def __enter__(self) -> "Partition":
         return self
@@ -130,19 +166,65 @@ class Partition:
             if x is None:
                 continue
             self._peers.pop(x, None)
-            with contextlib.suppress(Exception):
-                self._sel.unregister(x)
+            self._target_of.pop(x, None)
+            if x in self._parked:
+                self._parked.discard(x)
+            else:
+                with contextlib.suppress(Exception):
+                    self._sel.unregister(x)
             with contextlib.suppress(OSError):
                 x.close()
 
-    def _upstream(self) -> Optional[socket.socket]:
-        self._next = (getattr(self, "_next", -1) + 1) % len(self._targets)  # spread clients over servers
-        for target in self._targets[self._next:] + self._targets[: self._next]:
+    def _frozen_target(self, index: int) -> bool:
+        frozen = self._frozen
+        return frozen is not None and index in frozen
+
+    def _connect(self, conn: socket.socket, index: int) -> None:
+        """Pair ``conn`` with a new connection to server ``index`` (or the next that answers)."""
+        up = None
+        order = list(range(index, len(self._targets))) + list(range(index))
+        for i in order:
             try:
-                return socket.create_connection(target, timeout=1.0)
+                up = socket.create_connection(self._targets[i], timeout=1.0)
+                index = i
+                break
             except OSError:
                 continue
-        return None
+        if up is None:
+            conn.close()
+            return
+        conn.setblocking(False)
+        up.setblocking(False)
+        self._peers[conn], self._peers[up] = up, conn
+        self._target_of[conn] = self._target_of[up] = index
+        self._sel.register(conn, selectors.EVENT_READ, "peer")
+        self._sel.register(up, selectors.EVENT_READ, "peer")
+
+    def _apply(self) -> None:
+        """Bring the sockets in line with the link's state (on the proxy thread, after a wake-up)."""
+        if self._cut:
+            for peer in list(self._peers):
+                self._drop(peer)
+            for conn, _ in self._pending:
+                with contextlib.suppress(OSError):
+                    conn.close()
+            self._pending = []
+        for x in list(self._peers):  # park the frozen, unpark the healed
+            frozen = self._frozen_target(self._target_of[x])
+            if frozen and x not in self._parked:
+                self._sel.unregister(x)
+                self._parked.add(x)
+            elif not frozen and x in self._parked:
+                self._parked.discard(x)
+                self._sel.register(x, selectors.EVENT_READ, "peer")
+        pending, self._pending = self._pending, []
+        for conn, index in pending:
+            if self._frozen_target(index):
+                self._pending.append((conn, index))
+            else:
+                self._connect(conn, index)
+        if self._frozen_done is not None:
+            self._frozen_done.set()
 
     def _run(self) -> None:
         try:
@@ -152,27 +234,23 @@ class Partition:
                     if key.data == "wake":
                         with contextlib.suppress(OSError):
                             self._wake_r.recv(64)
-                        if self._cut:
-                            for peer in list(self._peers):
-                                self._drop(peer)
+                        self._apply()
                         continue
                     if s is self._listener:
                         try:
                             conn, _ = self._listener.accept()
                         except OSError:
                             continue
-                        up = None if self._cut else self._upstream()
-                        if up is None:
+                        if self._cut:
                             conn.close()
                             continue
-                        conn.setblocking(False)
-                        up.setblocking(False)
-                        self._peers[conn] = up
-                        self._peers[up] = conn
-                        self._sel.register(conn, selectors.EVENT_READ, "peer")
-                        self._sel.register(up, selectors.EVENT_READ, "peer")
+                        self._next = (self._next + 1) % len(self._targets)  # spread clients over servers
+                        if self._frozen_target(self._next):
+                            self._pending.append((conn, self._next))  # accepted, never answered while frozen
+                        else:
+                            self._connect(conn, self._next)
                         continue
-                    if s not in self._peers:
+                    if s not in self._peers or s in self._parked:
                         continue
                     try:
                         data = s.recv(65536)
@@ -192,6 +270,9 @@ class Partition:
         finally:
             for peer in list(self._peers):
                 self._drop(peer)
+            for conn, _ in self._pending:
+                with contextlib.suppress(OSError):
+                    conn.close()
             for x in (self._listener, self._wake_r, self._wake_w):
                 with contextlib.suppress(OSError):
                     x.close()
