@@ -30,7 +30,7 @@ grants out of order
     without a queue, an earlier request) was still waiting, with no fault between that request's start
     and its grant.
 loss notices
-    a hold needs one when its process was the target of a session expiry, partition or pause while it
+    a hold needs one when its process was the target of a session expiry, partition (cut or silent) or pause while it
     held, or its client saw the session expire while it held. The notice is the first ``suspended`` or
     ``lost`` listener call or ``check()`` failure during the hold; its delay is measured from the moment
     the holder could reach the lock service again (expiry done, link healed, process continued, or the
@@ -53,7 +53,7 @@ from typing import Optional
 
 from .fenced import read_log
 
-TARGETED_SESSION_FAULTS = ("session-expiry", "partition", "pause", "stall-repair")
+TARGETED_SESSION_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "stall-repair")
 NOTICE_STATES = ("suspended", "lost")
 ROW_KEYS = (
     "faults",

@@ -15,14 +15,18 @@ faults and records them:
 ``session-expiry``   expire the current holder's session server-side (a second connection with its
                      session id and password, published by the worker, closes the session)
 ``partition``        cut the current holder's proxies for longer than the session timeout, then heal
+``silent-partition`` freeze them instead: connections stay open, nothing is delivered either way (the
+                     partition real networks make: the holder hears of it only when replies are overdue)
 ``pause``            SIGSTOP the current holder longer than the session timeout, then SIGCONT
 ``holder-kill``      SIGKILL the current holder and start a replacement worker
 
 Trials: ``zk`` (zkrecipes FairLock, ReadWriteLock and LeaderElection, three threads per worker on one
 session), ``kazoo`` (kazoo's ``Lock``) and ``redis`` (the classic ``SET NX PX`` lock; ZooKeeper server
 faults map to killing, or stopping, the single redis-server, and session expiry to expiring the holder's
-key server-side; there is no follower to kill). The short run (default, used by ``make test``) runs the
-``zk`` trial with each fault once; ``--long`` runs every trial with each fault three times.
+key server-side; there is no follower to kill), and ``cli`` (``zkrecipes lock`` commands whose children
+must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`).
+The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--long``
+runs every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts).
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
@@ -53,19 +57,22 @@ from typing import Callable, Optional
 from zkrecipes.testing import Ensemble, Partition, four_letter
 from zkrecipes.testing._proc import die_with_parent
 
+from . import cli_trial
 from .check import check_trial
 from .fenced import FencedRegister
 from .redis_server import RedisServer, redis_version
 
-FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "pause", "holder-kill")
-HOLDER_FAULTS = ("session-expiry", "partition", "pause", "holder-kill")
-TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",)}
+FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "silent-partition",
+               "pause", "holder-kill")
+HOLDER_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "holder-kill")
+TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",)}
 IMPL_NAMES = {
     "fair": "zkrecipes FairLock",
     "rw": "zkrecipes ReadWriteLock",
     "election": "zkrecipes LeaderElection",
     "kazoo": "kazoo Lock",
     "redis": "Redis SET NX PX",
+    "cli": cli_trial.NAME,
 }
 TOKENS = {
     "fair": "czxid (lock.token)",
@@ -73,8 +80,9 @@ TOKENS = {
     "election": "czxid (election.token)",
     "kazoo": "none (czxid needs an extra read)",
     "redis": "none (random value, not ordered)",
+    "cli": "czxid (ZKRECIPES_TOKEN)",
 }
-ZK_IMPLS = ("fair", "rw", "election")
+ZK_IMPLS = ("fair", "rw", "election", "cli")
 HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
 REDIS_KEY = "chaos-lock"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: workers import lab
@@ -331,11 +339,14 @@ class Trial:
                     "target_pid": slot.proc.pid, "target_hold": hold}
             if kind == "session-expiry":
                 self._expire(base, slot)
-            elif kind == "partition":
+            elif kind in ("partition", "silent-partition"):
                 dur = T + (self.rnd.uniform(1.5, 3.0) if lng else 2.0)
                 self.journal("fault_start", **base, duration=dur)
                 for p in slot.proxies:
-                    p.cut()
+                    if kind == "partition":
+                        p.cut()
+                    else:
+                        p.freeze()
                 time.sleep(dur)
                 for p in slot.proxies:
                     p.heal()
@@ -616,13 +627,20 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
                     ens = Ensemble(size=3, tick_ms=200, workdir=os.path.join(d, "zookeeper-servers")).start()
                     say(f"trial {name}: ZooKeeper ensemble at {ens.hosts} (leader: server {ens.leader()})")
                 envinfo.update(_versions(ens))
-                Trial(name, st, d, say, ens, redis_srv).run()
+                if name == "cli":
+                    journal = Journal(os.path.join(d, "nemesis.jsonl"))
+                    try:
+                        cli_trial.CliTrial(st, d, say, ens, journal).run()
+                    finally:
+                        journal.close()
+                else:
+                    Trial(name, st, d, say, ens, redis_srv).run()
             finally:
                 if ens is not None:
                     ens.close()
                 if redis_srv is not None:
                     redis_srv.close()
-            checked[name] = check_trial(d)
+            checked[name] = cli_trial.check(d) if name == "cli" else check_trial(d)
             say(f"trial {name}: checked")
         results = assemble(st, checked, skipped, envinfo, time.monotonic() - t_start)
     finally:
@@ -654,7 +672,7 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
             t["findings"] = t["findings"][:50]
             totals[impl] = t
             extra = tuple(k for k in r["rows"] if k not in FAULT_KINDS and k != "none")
-            for kind in ("none",) + FAULT_KINDS + extra:
+            for kind in (tuple(r["rows"]) if impl == "cli" else ("none",) + FAULT_KINDS + extra):
                 row = r["rows"].get(kind)
                 rows.append({"impl": impl, "name": IMPL_NAMES[impl], "fault": kind,
                              **(row if row is not None else {"applicable": False})})
@@ -799,7 +817,7 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--long", action="store_true", help="every trial (zkrecipes, kazoo, redis), each fault 3 times")
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
     p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")
-    p.add_argument("--trials", help="comma-separated subset of zk,kazoo,redis (default: zk; --long: all)")
+    p.add_argument("--trials", help="comma-separated subset of zk,kazoo,redis,cli (default: zk; --long: all)")
     p.add_argument("--repeat", type=int, help="instances of each fault kind (default 1; --long: 3)")
     p.add_argument("--workers", type=int, default=8, help="worker processes per trial (default 8)")
     p.add_argument("--session-timeout", type=float, default=3.0, help="session timeout / lock lease, s (3)")

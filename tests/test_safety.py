@@ -23,7 +23,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lab/ is im
 
 DEADLINE = 170.0  # seconds; the run takes about 40-60 s on two CPUs
 ZK_RECIPES = ("fair", "rw", "election")
-FAULTS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "pause", "holder-kill")
+FAULTS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "silent-partition", "pause",
+          "holder-kill")
 
 
 def _summary(res: dict) -> str:
@@ -83,3 +84,36 @@ def test_short_safety_run(tmp_path):
         assert t["hung"] == 0, f"{t['name']}: workers hung past their deadline\n{where}"
     assert res["passed"], f"{res['failures']}\n{where}"
     assert proc.returncode == 0, f"exit {proc.returncode}\n{stderr[-3000:]}"
+
+
+def test_cli_trial_never_runs_two_commands_at_once(tmp_path):
+    """``python -m lab.run --trials cli``: ``zkrecipes lock`` commands (session timeout 3 s) under silent and
+    closed partitions of the holder's link; the children must never run at once (issue 28)."""
+    try:
+        find_classpath()
+    except ZooKeeperNotFound as exc:
+        if os.environ.get("ZK_HOSTS"):
+            pytest.skip(f"the safety lab starts and kills its own servers: {exc}")
+        pytest.fail(str(exc), pytrace=False)
+    out = tmp_path / "cli"
+    cmd = [sys.executable, "-m", "lab.run", "--trials", "cli", "--seed", "1", "--out", str(out), "--keep-history"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=ROOT)
+    try:
+        _, stderr = proc.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        pytest.fail(f"the cli trial did not finish within {DEADLINE:g} s\n{stderr[-3000:]}")
+    res = json.loads((out / "results.json").read_text())
+    t = res["totals"]["cli"]
+    rows = {r["fault"]: r for r in res["rows"] if r["impl"] == "cli"}
+    where = f"histories in {out / 'history'}\n{t['findings'][:8]}\n{stderr[-2000:]}"
+    # the run did what it claims: both kinds of partition hit a running child, and the lock kept moving
+    assert rows["silent-partition"]["hits"] >= 2 and rows["partition"]["hits"] >= 1, where
+    assert t["grants"] >= 6, where
+    assert t["notices_got"] == t["notices_needed"], f"a hit child was not stopped\n{where}"
+    # the verdict
+    assert t["accepted_overlaps"] == 0, f"two commands ran at once\n{where}"
+    assert t["orphans"] == 0 and t["hung"] == 0, where
+    assert res["passed"] and proc.returncode == 0, where
