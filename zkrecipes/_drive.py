@@ -43,7 +43,7 @@ from ._protocol import (
     T,
     Watch,
 )
-from .errors import LockError
+from .errors import ClientClosed, LockError
 from .naming import Contender
 from .session import SessionWatcher
 
@@ -132,7 +132,7 @@ class Driver(Watches):
     Built per acquire, so it is kept cheap: the wake-up Event and the session subscription are made
     only when the acquire has to wait (an uncontended acquire never does)."""
 
-    __slots__ = ("nowait", "deadline", "cancel", "policy", "wake", "__weakref__")
+    __slots__ = ("nowait", "deadline", "cancel", "policy", "wake", "path", "__weakref__")
 
     def __init__(
         self,
@@ -141,8 +141,10 @@ class Driver(Watches):
         cancel: threading.Event,
         policy: Optional[tenacity.Retrying],
         nowait: bool = False,
+        path: str = "",
     ) -> None:
         self.client = client
+        self.path = path  # named by the error a stopped client raises
         self.nowait = nowait
         self.deadline = deadline
         self.cancel = cancel
@@ -271,11 +273,13 @@ class Driver(Watches):
         self.interrupt()
 
     def check(self) -> None:
-        """Raise Cancelled or DeadlinePassed if the acquire must stop."""
+        """Raise Cancelled, DeadlinePassed or ClientClosed if the acquire must stop."""
         if self.cancel.is_set():
             raise Cancelled()
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise DeadlinePassed()
+        if _kazoo.is_stopped(self.client):  # no session will come: every wait would last forever
+            raise client_closed(self.path)
 
     def _wait_ready(self, ar: _kazoo.AsyncResult) -> None:
         """Wait until a kazoo async result is ready, without passing the deadline or ignoring a cancel
@@ -312,6 +316,11 @@ class Driver(Watches):
             self.check()
         wake.clear()  # the wake-up is used up (a later one sets it again)
         return self._take_deleted()
+
+
+def client_closed(path: str) -> ClientClosed:
+    """The error of an acquire on (or waiting when) a stopped client."""
+    return ClientClosed(f"{path}: the KazooClient is stopped (or was never started)")
 
 
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type

@@ -2,6 +2,8 @@
 
 from typing import Any, List
 
+from kazoo.exceptions import ConnectionClosedError
+
 
 class LockError(Exception):
     """Misuse of a lock (release by a thread that does not hold it, read-to-write upgrade, ...)."""
@@ -17,6 +19,13 @@ class LockLost(LockError):
 
 class LockCancelled(LockError):
     """A blocking acquire was stopped by :meth:`cancel` from another thread; nothing was left behind."""
+
+
+class ClientClosed(LockError, ConnectionClosedError):  # type: ignore[misc]  # kazoo is untyped
+    """The ``KazooClient`` is stopped or closed (or was never started): nothing can be acquired on it. An
+    acquire or campaign raises it at once, before any request; one that waits when the client stops raises
+    it within about a second. Its node is gone with the session; nothing is left behind. A kazoo
+    ``ConnectionClosedError``, as kazoo's own recipes raise."""
 
 
 class TransactionFailed(Exception):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -81,14 +81,20 @@ class AioDriver(_drive.Watches):
     """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries, on a loop."""
 
     def __init__(
-        self, client: KazooClient, deadline: Optional[float], policy: Optional[tenacity.Retrying], nowait: bool = False
+        self,
+        client: KazooClient,
+        deadline: Optional[float],
+        policy: Optional[tenacity.Retrying],
+        nowait: bool = False,
+        path: str = "",
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.client = client
+        self.path = path  # named by the error a stopped client raises
         self.deadline = deadline
         self.policy = policy
         self.nowait = nowait
-        self._stop: Optional[Type[BaseException]] = None  # Cancelled / DeadlinePassed once interrupted
+        self._stop: Optional[Callable[[], BaseException]] = None  # Cancelled / DeadlinePassed once interrupted
         self._waiter: Optional["asyncio.Future[Any]"] = None  # the future this acquire awaits now
         self._wakeable = False  # the waiter is a sleep (a wake-up ends it), not a request's reply
         self._woken = False
@@ -146,7 +152,7 @@ class AioDriver(_drive.Watches):
         raise TypeError(f"unknown protocol request {op!r}")
 
     # -- interrupting and waiting ----------------------------------------------------------------
-    def interrupt(self, why: Type[BaseException]) -> None:
+    def interrupt(self, why: Callable[[], BaseException]) -> None:
         """Stop this acquire (loop thread): the future it awaits fails with ``why()``, and so does every
         later wait; cleanup (deletes) still runs."""
         if self._stop is None:
@@ -160,6 +166,11 @@ class AioDriver(_drive.Watches):
             raise self._stop()
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise DeadlinePassed()
+        if _kazoo.is_stopped(self.client):  # no session will come: every wait would last forever
+            raise _drive.client_closed(self.path)
+
+    def _closed(self) -> BaseException:
+        return _drive.client_closed(self.path)
 
     async def _await(self, fut: "asyncio.Future[Any]", wakeable: bool = False) -> Any:
         """Await ``fut``; the deadline and interrupts fail it, wake-ups end it only if ``wakeable`` (a
@@ -174,6 +185,8 @@ class AioDriver(_drive.Watches):
     def _wake(self, event: Optional[WatchedEvent] = None) -> None:  # loop thread
         if event is not None:
             self._seen(event)
+        elif _kazoo.is_stopped(self.client):  # a request in flight may never be answered now
+            self.interrupt(self._closed)
         self._woken = True
         w = self._waiter
         if w is not None and self._wakeable and not w.done():
