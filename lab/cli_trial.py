@@ -181,7 +181,8 @@ class CliTrial:
         self.stop.set()
         stop_t = self.journal("stop")["t"]
         for i, t in enumerate(self.threads):
-            t.join(max(0.1, stop_t + T + 12.0 - time.monotonic()))
+            # the commands still queued each wait for the ones ahead to run their child (at most 5 s each)
+            t.join(max(0.1, stop_t + T + 12.0 + LOOPS * 5.0 - time.monotonic()))
             if t.is_alive():
                 proc = self.current[i]
                 self.journal("hung", loop=i, pid=proc.pid if proc else None)
