@@ -383,6 +383,26 @@ def test_a_grace_longer_than_the_session_timeout_leaves_is_refused(cli):
     assert r.returncode == 2 and "--grace 4.5 is longer than the 4 s" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("option,value,says", [
+    ("--session-timeout", "inf", "up to 3600"),
+    ("--session-timeout", "1e9", "up to 3600"),
+    ("--session-timeout", "nan", "must be >= 0"),
+    ("--connect-timeout", "inf", "up to 86400"),
+    ("--timeout", "1e300", "up to 86400"),
+    ("--timeout", "-1", "must be >= 0"),
+    ("--grace", "inf", "up to 86400"),
+])
+def test_out_of_range_seconds_exit_2_with_a_message(cli, option, value, says):
+    r = cli.run("lock", "/g", "--hosts", "127.0.0.1:1", option, value, "--", "true")
+    assert r.returncode == 2, r.stderr
+    assert option in r.stderr and says in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_oversized_identifier_exits_2_naming_the_limit(cli):
+    r = cli.run("lock", "/g", "--hosts", "127.0.0.1:1", "--identifier", "x" * 5000, "--", "true")
+    assert r.returncode == 2 and "the limit is 4096 bytes" in r.stderr, r.stderr
+
+
 def test_timeout_exits_75_naming_how_many_were_ahead(cli, zk):
     cli.start("lock", "/busy", "--hosts", cli.hosts, *cli.holder("holder"), tag="holder")
     cli.wait_event("holder", "start")

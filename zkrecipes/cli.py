@@ -575,13 +575,19 @@ def _check_cmd(cmd: Optional[List[str]], command: str) -> List[str]:
     return cmd
 
 
-def _nonneg(text: str) -> float:
+MAX_SECONDS = 86400.0  # a day: any longer wait is a typo (and kazoo's millisecond fields overflow)
+MAX_SESSION_TIMEOUT = 3600.0  # servers cap sessions far lower (maxSessionTimeout, 40 s by default)
+
+
+def _nonneg(text: str, limit: float = MAX_SECONDS) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text!r}")
+    if not value <= limit:  # inf as well
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds up to {limit:g}: {text!r}")
     return value
 
 
@@ -594,11 +600,15 @@ def _leases(text: str) -> int:
         raise argparse.ArgumentTypeError(f"-n wants a whole number of leases >= 1: {text!r} ({exc})") from None
 
 
-def _positive(text: str) -> float:
-    value = _nonneg(text)
+def _positive(text: str, limit: float = MAX_SECONDS) -> float:
+    value = _nonneg(text, limit)
     if value == 0:
         raise argparse.ArgumentTypeError(f"must be > 0 seconds: {text!r}")
     return value
+
+
+def _session_timeout(text: str) -> float:
+    return _positive(text, MAX_SESSION_TIMEOUT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -618,7 +628,7 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--hosts", help="ZooKeeper connect string (default: $ZK_HOSTS)")
         sp.add_argument("--connect-timeout", type=_positive, default=10.0, metavar="S",
                         help="give up reaching ZooKeeper after S seconds (default 10)")
-        sp.add_argument("--session-timeout", type=_positive, default=session_default, metavar="S",
+        sp.add_argument("--session-timeout", type=_session_timeout, default=session_default, metavar="S",
                         help="ZooKeeper session timeout; a hold suspended this long is lost (default 10)")
         _connect.add_options(sp)
 

@@ -69,12 +69,19 @@ def validate_path(path: object) -> str:
     return path
 
 
+MAX_LABEL_BYTES = 4096  # identifier, host: far below ZooKeeper's 1 MB packet limit, ample for a label
+
+
 def validate_label(what: str, value: object, *, allow_empty: bool = False) -> str:
-    """Return ``value`` if it is a str without ``/`` or control characters, else raise naming ``what``."""
+    """Return ``value`` if it is a str of at most :data:`MAX_LABEL_BYTES` (UTF-8) without ``/`` or control
+    characters, else raise naming ``what``."""
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, got {type(value).__name__} {value!r}")
     if not value and not allow_empty:
         raise ValueError(f"{what} must not be empty")
+    size = len(value.encode("utf-8", "surrogatepass"))
+    if size > MAX_LABEL_BYTES:  # node data past ZooKeeper's packet limit would drop the whole client's connection
+        raise ValueError(f"{what} is {size} bytes; the limit is {MAX_LABEL_BYTES} bytes")
     if "/" in value:
         raise ValueError(f"{what} must not contain '/': {value!r}")
     if _CONTROL.search(value):

@@ -88,6 +88,8 @@ BAD_LABELS = [
     ("nul\x00", ValueError, "nul\\x00"),
     ("del\x7f", ValueError, "del\\x7f"),
     ("new\nline", ValueError, "new\\nline"),
+    ("x" * 4097, ValueError, "4097 bytes; the limit is 4096 bytes"),  # past it, node data could reach 1 MB
+    ("\u00e9" * 2049, ValueError, "4098 bytes; the limit is 4096 bytes"),  # counted in UTF-8
     (b"bytes", TypeError, "b'bytes'"),
     (7, TypeError, "7"),
 ]
@@ -101,6 +103,10 @@ def test_bad_identifier_or_host_is_refused_naming_it(idle_client, make, field, v
         make(idle_client, "/locks/x", **{field: value})
     assert named in str(info.value)
     assert field in str(info.value)
+
+
+def test_labels_up_to_the_limit_are_accepted(idle_client):
+    assert FairLock(idle_client, "/locks/x", "x" * 4096, host="h" * 4096).identifier == "x" * 4096
 
 
 def test_identifier_may_be_passed_positionally_and_is_validated(idle_client):
