@@ -291,7 +291,12 @@ def get(name: object, family: str) -> Protocol:
         raise TypeError(f"protocol must be a str, one of {', '.join(NAMES)}; got {name!r}")
     if name not in NAMES:
         raise ValueError(f"protocol must be one of {', '.join(map(repr, NAMES))}, got {name!r}")
-    if family == "exclusive" and name != ZKRECIPES:
-        raise ValueError(f"ExclusiveLock has no protocol={name!r} (neither kazoo nor Curator has its format); "
-                         "use FairLock(..., protocol=...)")
-    return _get(name, family)
+    only = _ONLY_ZKRECIPES.get(family)
+    if only is not None and name != ZKRECIPES:
+        raise ValueError(f"{only} supports protocol 'zkrecipes' only, got protocol={name!r} (kazoo's and "
+                         f"Curator's {family} nodes would not see ours: two {family}s that ignore each other)"
+                         + ("; use FairLock(..., protocol=...)" if family == "exclusive" else ""))
+    return _get(name, "lock" if family == "semaphore" else family)
+
+
+_ONLY_ZKRECIPES = {"exclusive": "ExclusiveLock", "semaphore": "Semaphore"}  # recipes with no foreign format

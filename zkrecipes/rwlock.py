@@ -61,6 +61,7 @@ class ReadWriteLock:
         self._read = ReadLock(client, path, identifier, **kwargs)
         self._write = WriteLock(client, path, identifier, **kwargs)
         self.path = self._read.path
+        self.protocol: str = self._read.protocol  # the node format's name, as given to the constructor
 
     def read(self) -> ReadLock:
         """The shared (read) side; the same object on every call."""

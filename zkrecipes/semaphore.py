@@ -49,6 +49,8 @@ class Semaphore(Lock):
     out -- give each worker thread its own Semaphore object (cheap) if it needs its own.
     """
 
+    _format = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
+
     _kind = naming.LEASE
 
     def __init__(

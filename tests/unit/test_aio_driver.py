@@ -5,17 +5,24 @@ them may fire while the next watch's request is in flight."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from zkrecipes.aio._driver import AioDriver
 
 
+class _RunningClient:
+    """What the driver reads of a client that is not stopped (a wake-up checks for a stopped client)."""
+
+    _stopped = threading.Event()
+
+
 def test_a_wake_up_during_a_request_waits_for_the_reply_and_is_kept_for_the_next_sleep():
     handler = SequentialThreadingHandler()
 
     async def body() -> None:
-        driver = AioDriver(client=None, deadline=None, policy=None)  # call() needs no client
+        driver = AioDriver(client=_RunningClient(), deadline=None, policy=None)  # call() sends nothing itself
         reply = handler.async_result()
         call = asyncio.create_task(driver.call(lambda: reply))
         await asyncio.sleep(0)  # the request is out; the driver awaits its reply

@@ -162,10 +162,47 @@ def test_protocol_is_checked_before_any_zookeeper_call():
         ReadWriteLock(client, "/p", protocol=None)  # type: ignore[arg-type]
     from zkrecipes import ExclusiveLock
 
-    with pytest.raises(ValueError, match="ExclusiveLock has no protocol='kazoo'"):
+    with pytest.raises(ValueError, match="ExclusiveLock supports protocol 'zkrecipes' only, got protocol='kazoo'"):
         ExclusiveLock(client, "/p", protocol="kazoo")
     assert LeaderElection(client, "/p", protocol="curator").protocol == "curator"
     client.close()
+
+
+# every public recipe of both fronts, and the node formats it implements (issue 26: the others refuse)
+def _recipes():
+    from zkrecipes import ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, Semaphore, aio
+
+    every = set(protocols.NAMES)
+    return [
+        ("FairLock", lambda c, p: FairLock(c, "/m", protocol=p), every),
+        ("ReadWriteLock", lambda c, p: ReadWriteLock(c, "/m", protocol=p), every),
+        ("LeaderElection", lambda c, p: LeaderElection(c, "/m", protocol=p), every),
+        ("ExclusiveLock", lambda c, p: ExclusiveLock(c, "/m", protocol=p), {"zkrecipes"}),
+        ("Semaphore", lambda c, p: Semaphore(c, "/m", 3, protocol=p), {"zkrecipes"}),
+        ("aio.FairLock", lambda c, p: aio.FairLock(c, "/m", protocol=p), every),
+        ("aio.ReadWriteLock", lambda c, p: aio.ReadWriteLock(c, "/m", protocol=p), every),
+        ("aio.LeaderElection", lambda c, p: aio.LeaderElection(c, "/m", protocol=p), every),
+        ("aio.ExclusiveLock", lambda c, p: aio.ExclusiveLock(c, "/m", protocol=p), {"zkrecipes"}),
+        ("aio.Semaphore", lambda c, p: aio.Semaphore(c, "/m", 3, protocol=p), {"zkrecipes"}),
+    ]
+
+
+@pytest.mark.parametrize("fmt", protocols.NAMES)
+@pytest.mark.parametrize("name,make,supported", _recipes(), ids=[r[0] for r in _recipes()])
+def test_every_recipe_and_node_format_pair_is_implemented_or_refused(name, make, supported, fmt):
+    from kazoo.client import KazooClient
+
+    client = KazooClient(hosts="127.0.0.1:1")  # never started: refused before any ZooKeeper call
+    try:
+        if fmt in supported:
+            obj = make(client, fmt)
+            assert obj.protocol == fmt
+        else:
+            with pytest.raises(ValueError) as info:
+                make(client, fmt)
+            assert "supports protocol 'zkrecipes' only" in str(info.value) and repr(fmt) in str(info.value)
+    finally:
+        client.close()
 
 
 def test_sort_any_keeps_every_format_in_one_wrap_aware_order():

@@ -74,6 +74,7 @@ class Reporter:
         self._core = core
         self.client: KazooClient = core.client
         self.path: str = core.path
+        self.protocol: str = core.protocol  # the node format's name, as given to the constructor
         self.lost = asyncio.Event()
         self._state: str = IDLE
         self._listeners: List[Listener] = []
@@ -427,6 +428,7 @@ class ReadWriteLock:
         self._read = ReadLock(client, path, identifier, **kwargs)
         self._write = WriteLock(client, path, identifier, **kwargs)
         self.path = self._read.path
+        self.protocol: str = self._read.protocol  # the node format's name, as given to the constructor
 
     def read(self) -> ReadLock:
         """The shared (read) side; the same object on every call."""
