@@ -564,8 +564,9 @@ def test_exclusive_lock_hands_over_and_leaves_no_watch(zk_ensemble, zk_factory):
         t1 = first.token
         await first.release()
         assert await asyncio.wait_for(waiter, 10)
-        assert second.token > t1 and not second.is_held  # held by the waiter task, not this one
+        assert second.token > t1 and second.is_held  # held by the task that called acquire(): this one
         assert [c.identifier for c in await first.contenders()] == ["two"]
+        await second.release()
 
     run(body)
     assert_no_watch(b, "/ex", zk_ensemble)

@@ -238,7 +238,10 @@ def test_each_task_takes_its_own_lease_reentrant_and_shared_by_its_objects(zk, z
         assert len(kids(zk, path)) == 2 and sem.node == mine and sem.token == my_token  # per task
         third = aio.Semaphore(zk_factory(), path, 2)
         assert await third.acquire(timeout=0.3) is False  # both leases: this process's two tasks
-        assert not await asyncio.create_task(sem.acquire(timeout=0.3))  # nor a third task here
+        async def third_task() -> bool:
+            return await sem.acquire(timeout=0.3)
+
+        assert not await asyncio.create_task(third_task())  # nor a third task here
         leave.set()
         await task
         await sem.release()

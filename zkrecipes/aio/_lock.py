@@ -13,7 +13,21 @@ import contextlib
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Generator, List, Optional, Set, Type
+import weakref
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Dict,
+    Generator,
+    List,
+    Optional,
+    Set,
+    Type,
+)
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
@@ -65,6 +79,29 @@ def _task() -> "asyncio.Task[Any]":
     if task is None:
         raise LockError("zkrecipes.aio locks are owned by asyncio tasks: call from within a task")
     return task
+
+
+# tasks that run an acquire for the task that called it (asyncio.wait_for on Python <= 3.11 and
+# ensure_future run the coroutine in a task of their own): what they acquire belongs to that caller
+_acting_for: "weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any]]" = weakref.WeakKeyDictionary()
+
+
+def owner_of(task: "asyncio.Task[Any]") -> "asyncio.Task[Any]":
+    """The task that owns what ``task`` acquires: itself, or the task it acquires for."""
+    return _acting_for.get(task, task)
+
+
+def owner() -> "asyncio.Task[Any]":
+    """The owner (see :func:`owner_of`) for the calling task."""
+    return owner_of(_task())
+
+
+def _caller() -> "Optional[asyncio.Task[Any]]":
+    """The task calling now, or None outside a running loop."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 class Reporter:
@@ -181,14 +218,31 @@ class Lock(HeldView, Reporter):
         self._cancelled = False
         self._drivers: Set[AioDriver] = set()
         self._attached: Dict[Hold, Callable[[str], None]] = {}  # the holds this object reports on
+    def _follow_owner(self, task: "asyncio.Task[Any]") -> None:
+        """Release what ``task`` still holds when it ends (nobody else can): no node outlives its owner."""
+        task.add_done_callback(self._owner_ended)
+
+    def _owner_ended(self, task: "asyncio.Task[Any]") -> None:
+        gate = self._gate_of(task)
+        if gate is None or gate.held_by(task, self._kind) is None:
+            return
+        log.warning("%s: released: its owner %r ended without releasing it", self.path, task)
+        asyncio.ensure_future(self._release_all(task, gate), loop=self._loop)
+
+    def _gate_of(self, task: "asyncio.Task[Any]") -> Optional[Gate]:
+        return self._gate
+
+    async def _release_all(self, owner: "asyncio.Task[Any]", gate: Gate) -> None:
+        while gate.held_by(owner, self._kind) is not None:
+            await self._release_as(owner, gate)
 
     def _setup_gate(self) -> None:
         # tasks get their own gates (and so their own node), apart from the threads of this process
         self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._family)
 
     # -- acquire / release ---------------------------------------------------------------------------
-    async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        """Acquire the lock for the calling task; True once held.
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
+        """Acquire the lock for the calling task; True once held (await it).
 
         False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is called;
         then no node and no watch is left. Cancelling the task raises CancelledError in it and deletes
@@ -196,6 +250,13 @@ class Lock(HeldView, Reporter):
         into a hold that is lost or in doubt raises :class:`~zkrecipes.LockLost`, as the threaded
         :meth:`zkrecipes.FairLock.acquire` does.
         """
+        return self._acquire(_caller(), blocking, timeout)  # the caller owns it, also when a task of
+        # its own runs the coroutine (asyncio.wait_for on Python <= 3.11, ensure_future)
+
+    async def _acquire(self, caller: "Optional[asyncio.Task[Any]]", blocking: bool, timeout: Optional[float]) -> bool:
+        runner = _task()
+        if caller is not None and caller is not runner:
+            _acting_for[runner] = _acting_for.get(caller, caller)
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
         timeout = naming.validate_timeout(timeout)
@@ -203,7 +264,7 @@ class Lock(HeldView, Reporter):
             raise ValueError("can't specify a timeout for a non-blocking call")
         if timeout == 0:
             blocking, timeout = False, None
-        me = _task()
+        me = owner()
         self._bind()
         deadline = None if timeout is None else time.monotonic() + timeout
         self._cancelled = False
@@ -217,6 +278,8 @@ class Lock(HeldView, Reporter):
             self._core.tolerate_suspended,
         )
         if entered is Entered.HAVE:
+            if mine is None:  # a new owner joined the read hold of other tasks
+                self._follow_owner(me)
             self._attach(self._gate.hold)
             return True
         if entered is None:
@@ -255,6 +318,7 @@ class Lock(HeldView, Reporter):
                 self._set_state(IDLE)
         if hold is None:
             return False
+        self._follow_owner(me)  # type: ignore[arg-type]  # the aio front's owners are tasks
         self._attach(hold)
         return True
 
@@ -264,7 +328,11 @@ class Lock(HeldView, Reporter):
         Raises LockError if the calling task does not hold the lock. A lost hold is only forgotten
         locally (its node may be someone else's); without a connection it waits for one at most until
         the hold is declared lost."""
-        left = self._gate.leave(_task(), self._kind)
+        me = owner()
+        await self._release_as(me, self._gate)
+
+    async def _release_as(self, owner: "asyncio.Task[Any]", gate: Gate) -> None:
+        left = gate.leave(owner, self._kind)
         if not left.last:
             for obj in left.downgraded:
                 obj._detach(left.hold)
@@ -272,7 +340,7 @@ class Lock(HeldView, Reporter):
         try:
             await self._delete_held(left.hold)
         finally:
-            self._gate.released()
+            gate.released()
             for obj in left.objects:
                 obj._detach(left.hold)
 
@@ -347,7 +415,9 @@ class Lock(HeldView, Reporter):
 
     def _my_hold(self) -> Optional[Hold]:
         task = asyncio.current_task() if _driver.loop_of_thread() is not None else None
-        hold: Optional[Hold] = None if task is None else self._gate.held_by(task, self._kind)
+        if task is None:
+            return None
+        hold: Optional[Hold] = self._gate.held_by(owner_of(task), self._kind)
         return hold
 
     def check(self) -> Awaitable[None]:

@@ -6,7 +6,7 @@ import asyncio
 import itertools
 import threading
 import weakref
-from typing import Any, Optional
+from typing import Any, Coroutine, Optional
 
 from kazoo.client import KazooClient
 
@@ -14,7 +14,7 @@ from .. import _gate
 from .. import semaphore as _semaphore
 from .._gate import Gate
 from .._lock import IDLE, WAITING, LockState
-from . import _driver
+from . import _driver, _lock
 from ._lock import Lock
 
 # a number per task for its gates' names: unlike id(), never reused by a later task while a gate lives
@@ -24,7 +24,9 @@ _numbers_lock = threading.Lock()
 
 
 def _current_task() -> "Optional[asyncio.Task[Any]]":
-    return asyncio.current_task() if _driver.loop_of_thread() is not None else None
+    """The owner for the calling task (see :func:`~zkrecipes.aio._lock.owner_of`), or None outside a task."""
+    task = asyncio.current_task() if _driver.loop_of_thread() is not None else None
+    return None if task is None else _lock.owner_of(task)
 
 
 def _task_number(task: "asyncio.Task[Any]") -> int:
@@ -76,19 +78,25 @@ class Semaphore(Lock):
             g = self._task_gates[task] = _gate.gate(self.client, self.path, f"aio-lease-{_task_number(task)}")
         return g
 
-    async def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        """Take a lease for the calling task; True once held. As :meth:`aio.FairLock.acquire
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
+        """Take a lease for the calling task; True once held (await it). As :meth:`aio.FairLock.acquire
         <zkrecipes.aio.FairLock.acquire>`: False on a miss, timeout or :meth:`cancel`, CancelledError
         when the task is cancelled (nothing left behind in each case); LockError when ``max_leases``
         disagrees with the holders'; reentrant per task."""
-        task = _current_task()
+        return super().acquire(blocking, timeout)
+
+    async def _acquire(self, caller: "Optional[asyncio.Task[Any]]", blocking: bool, timeout: Optional[float]) -> bool:
+        task = caller if caller is not None else _current_task()
         if task is not None:
             self._acquiring.add(task)
         try:
-            return await super().acquire(blocking, timeout)
+            return await super()._acquire(caller, blocking, timeout)
         finally:
             if task is not None:
                 self._acquiring.discard(task)
+
+    def _gate_of(self, task: "asyncio.Task[Any]") -> Optional[Gate]:
+        return self._task_gates.get(task)
 
     @property
     def state(self) -> LockState:
@@ -101,3 +109,4 @@ class Semaphore(Lock):
 
     def __repr__(self) -> str:
         return f"<aio.Semaphore {self.path!r} max_leases={self.max_leases}>"
+
