@@ -1,9 +1,9 @@
 # README's commands: `make demo` (the main job) and `make test` (the whole default suite).
-# Both do their own set-up (venv in .venv, pip install -e .[test,docs], apt-get install zookeeper).
+# Both do their own set-up (venv in .venv, pip install -e .[test,docs,dev], apt-get install zookeeper).
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo unit test test-docker lint docs bench safety clean
+.PHONY: setup demo unit test test-docker lint docs bench safety dist clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -39,7 +39,7 @@ test-docker: setup
 docs: setup
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
-bench: export EXTRAS = test,docs,bench
+bench: export EXTRAS = test,docs,dev,bench
 bench: setup
 	@bash bench/setup.sh
 	$(PY) bench/run.py
@@ -51,5 +51,12 @@ safety: setup
 	@bash scripts/safety-setup.sh
 	$(PY) -m lab.run --long --out docs/safety-results
 
+# the sdist and wheel, checked: twine, a fresh virtualenv that installs the wheel, the sdist's tests collected
+dist: setup
+	rm -rf dist build
+	$(PY) -m build --outdir dist .
+	$(PY) -m twine check --strict dist/*
+	@bash scripts/check-dist.sh
+
 clean:
-	rm -rf .venv docs/_build build *.egg-info
+	rm -rf .venv docs/_build build dist *.egg-info

@@ -3,7 +3,7 @@
 # already has Python 3.9+, Java and ZooKeeper. Installs only what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS="${EXTRAS:-test,docs}"
+EXTRAS="${EXTRAS:-test,docs,dev}"
 PY="${PYTHON:-python3}"
 
 have_root_apt() { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; }

@@ -8,6 +8,8 @@ from typing import Any, Callable
 import pytest
 from lockhelpers import MUTEXES, RECIPES
 
+pytest_plugins = ["zkrecipes.testing.pytest_plugin"]  # the kit's fixtures are opt-in, as for any user
+
 
 @pytest.fixture(params=MUTEXES)
 def mutex(request: pytest.FixtureRequest) -> str:
