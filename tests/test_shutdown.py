@@ -9,10 +9,9 @@ import time
 
 import pytest
 from kazoo.exceptions import ConnectionClosedError
+from lockhelpers import children, full_path, wait_until
 
 from zkrecipes import ClientClosed, ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, Semaphore, aio
-
-from lockhelpers import children, full_path, wait_until
 
 WAKE_BOUND = 5.0  # wide: the target (about a second) is measured, not asserted
 

@@ -19,7 +19,7 @@ class LockCancelled(LockError):
     """A blocking acquire was stopped by :meth:`cancel` from another thread; nothing was left behind."""
 
 
-class ClientClosed(ConnectionClosedError):
+class ClientClosed(ConnectionClosedError):  # type: ignore[misc]  # kazoo is untyped
     """The KazooClient was stopped or closed, or never started: an acquire or campaign on it is refused
     before any request, and a wait on it ends within about a second (its node deleted or left to the
     ending session; no watch or thread left). A kazoo ``ConnectionClosedError``; the message names the path."""

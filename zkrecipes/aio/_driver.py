@@ -20,7 +20,6 @@ from kazoo.exceptions import ConnectionClosedError, NoNodeError, SessionExpiredE
 from kazoo.protocol.states import WatchedEvent
 
 from .. import _drive, _kazoo, protocols, retry
-from ..errors import ClientClosed
 from .._protocol import (
     PAUSE,
     SESSION,
@@ -36,6 +35,7 @@ from .._protocol import (
     T,
     Watch,
 )
+from ..errors import ClientClosed
 from ..naming import Contender
 
 log = logging.getLogger("zkrecipes.aio")
