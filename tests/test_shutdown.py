@@ -128,3 +128,14 @@ def test_stop_makes_holder_lost(zk_factory, recipe):
     client.stop()
     assert holder.lost.wait(WAKE_BOUND), "the holder was not told LOST"
     assert holder.state == "lost"
+
+
+def test_with_election_campaigns_and_resigns(zk, zk_factory):
+    election = LeaderElection(zk, "/with-election")
+    watcher = LeaderElection(zk_factory(), "/with-election")
+    with election as same:
+        assert same is election and election.is_leader
+        assert len(children(zk, "/with-election")) == 1
+    assert not election.is_leader
+    wait_until(lambda: not children(zk, "/with-election"), WAKE_BOUND, "the node deleted on exit")
+    assert watcher.leader() is None
