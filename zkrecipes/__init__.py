@@ -5,7 +5,7 @@ notification and fencing tokens.
 """
 
 from .election import LeaderElection, LeaderWatch
-from .errors import ClientClosed, LockCancelled, LockError, LockLost, LockTimeout
+from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .exclusive import ExclusiveLock
 from .fair import FairLock
 from .naming import Contender
@@ -16,7 +16,6 @@ from .transaction import HeldTransaction
 __version__ = "0.1.0"
 
 __all__ = [
-    "ClientClosed",
     "Contender",
     "ExclusiveLock",
     "FairLock",

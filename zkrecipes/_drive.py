@@ -17,7 +17,6 @@ from typing import Any, Callable, Dict, FrozenSet, Generator, List, Optional, Se
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import (
-    ConnectionClosedError,
     KazooException,
     NoAuthError,
     NodeExistsError,
@@ -44,7 +43,7 @@ from ._protocol import (
     T,
     Watch,
 )
-from .errors import ClientClosed, LockError
+from .errors import LockError
 from .naming import Contender
 from .session import SessionWatcher
 
@@ -59,19 +58,13 @@ class Watches:
     the acquire has to wait) and the staleness test. A driver supplies ``client``, ``_on_watch`` (kazoo's
     event thread) and ``_on_session`` (the session thread), and wakes itself after :meth:`_seen`."""
 
-    __slots__ = ("client", "path", "_deleted", "_deleted_at", "_since", "_watched", "_session")
+    __slots__ = ("client", "_deleted", "_deleted_at", "_since", "_watched", "_session")
 
     client: KazooClient
-    path: str  # the lock's or election's path, for errors
     _session: Optional[SessionWatcher]  # None until the first watch (a driver's __init__ sets it)
 
     def _on_watch(self, event: WatchedEvent) -> None:
         raise NotImplementedError
-
-    def _refuse_stopped(self) -> None:
-        """Raise ClientClosed if the client is stopped (or never started): no request could be answered."""
-        if _kazoo.is_stopped(self.client):
-            raise closed(self.path)
 
     def _on_session(self, event: str) -> None:
         raise NotImplementedError
@@ -148,10 +141,8 @@ class Driver(Watches):
         cancel: threading.Event,
         policy: Optional[tenacity.Retrying],
         nowait: bool = False,
-        path: str = "",
     ) -> None:
         self.client = client
-        self.path = path
         self.nowait = nowait
         self.deadline = deadline
         self.cancel = cancel
@@ -179,7 +170,6 @@ class Driver(Watches):
         error: Optional[BaseException] = None
         ops = _OPS
         try:
-            self._refuse_stopped()  # before any request (the protocol has not started: nothing to clean up)
             while True:
                 try:
                     op = proto.throw(error) if error is not None else proto.send(send)
@@ -194,10 +184,6 @@ class Driver(Watches):
                     send = handler(self, op) if handler is not None else self._plain(op)
                 except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the protocol cleans up
                     send, error = None, exc
-        except ClientClosed:
-            raise
-        except ConnectionClosedError as exc:  # a request after stop(): say which lock
-            raise closed(self.path) from exc
         finally:
             self.close()
 
@@ -285,9 +271,7 @@ class Driver(Watches):
         self.interrupt()
 
     def check(self) -> None:
-        """Raise Cancelled, DeadlinePassed or ClientClosed if the acquire must stop."""
-        if _kazoo.is_stopped(self.client):  # stop() wakes no watch: every wait looks at least every 0.5 s
-            raise closed(self.path)
+        """Raise Cancelled or DeadlinePassed if the acquire must stop."""
         if self.cancel.is_set():
             raise Cancelled()
         if self.deadline is not None and time.monotonic() >= self.deadline:
@@ -337,11 +321,6 @@ _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with argument
     Watch: Driver._watch,
     Delete: Driver._delete,
 }
-
-
-def closed(path: str) -> ClientClosed:
-    """The error of an acquire or campaign on ``path`` whose client is stopped or was never started."""
-    return ClientClosed(f"{path}: the KazooClient is stopped or closed (or was never started)")
 
 
 def _forget_watch(client: KazooClient, path: str, fn: Callable[..., Any]) -> Callable[[_kazoo.AsyncResult], None]:

@@ -146,7 +146,7 @@ class Lock(HeldView, Participant):
             self.lost.clear()
         self._set_state(WAITING)
         ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
-        driver = Driver(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking, path=self.path)
+        driver = Driver(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking)
         self._drivers.add(driver)
         hold = None
         try:

@@ -119,7 +119,7 @@ class LeaderElection(TermView, Participant):
             if fresh:
                 self._cancel.clear()
             self.lost.clear()
-            driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry, path=self.path)
+            driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry)
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
         try:

@@ -1,7 +1,5 @@
 """Exceptions raised by zkrecipes locks and elections."""
 
-from kazoo.exceptions import ConnectionClosedError
-
 
 class LockError(Exception):
     """Misuse of a lock (release by a thread that does not hold it, read-to-write upgrade, ...)."""
@@ -17,9 +15,3 @@ class LockLost(LockError):
 
 class LockCancelled(LockError):
     """A blocking acquire was stopped by :meth:`cancel` from another thread; nothing was left behind."""
-
-
-class ClientClosed(ConnectionClosedError):  # type: ignore[misc]  # kazoo is untyped
-    """The KazooClient was stopped or closed, or never started: an acquire or campaign on it is refused
-    before any request, and a wait on it ends within about a second (its node deleted or left to the
-    ending session; no watch or thread left). A kazoo ``ConnectionClosedError``; the message names the path."""

@@ -151,14 +151,9 @@ class SessionWatcher:
                     self._emit(LOST)
                 client = self._client_ref()
                 with self._lock:
-                    ended = client is None or (is_stopped(client) and self._events.empty())
-                    if ended:
+                    if client is None or (is_stopped(client) and self._events.empty()):
                         self._thread = None  # the client is gone or stopped: no event can come (a later
-                        # subscribe, after a restart, starts the thread again)
-                if ended:
-                    self._emit(LOST)  # kazoo's own LOST may come after we looked: waiters and holders learn now
-                    return
-                with self._lock:
+                        return  # subscribe, after a restart, starts the thread again)
                     if self._subs or self._subscribed != subscribed:
                         idle_since, subscribed = time.monotonic(), self._subscribed
                     elif time.monotonic() - idle_since > 2.0 and self._events.empty():

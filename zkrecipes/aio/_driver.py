@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple, Type
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionClosedError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
 from .. import _drive, _kazoo, protocols, retry
@@ -35,7 +35,6 @@ from .._protocol import (
     T,
     Watch,
 )
-from ..errors import ClientClosed
 from ..naming import Contender
 
 log = logging.getLogger("zkrecipes.aio")
@@ -82,16 +81,10 @@ class AioDriver(_drive.Watches):
     """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries, on a loop."""
 
     def __init__(
-        self,
-        client: KazooClient,
-        deadline: Optional[float],
-        policy: Optional[tenacity.Retrying],
-        nowait: bool = False,
-        path: str = "",
+        self, client: KazooClient, deadline: Optional[float], policy: Optional[tenacity.Retrying], nowait: bool = False
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.client = client
-        self.path = path
         self.deadline = deadline
         self.policy = policy
         self.nowait = nowait
@@ -116,7 +109,6 @@ class AioDriver(_drive.Watches):
         send: Any = None
         error: Optional[BaseException] = None
         try:
-            self._refuse_stopped()  # before any request (the protocol has not started: nothing to clean up)
             while True:
                 try:
                     op = proto.throw(error) if error is not None else proto.send(send)
@@ -127,10 +119,6 @@ class AioDriver(_drive.Watches):
                     send = await self._do(op)
                 except BaseException as exc:  # deadline, cancel, CancelledError too: the protocol cleans up
                     error = exc
-        except ClientClosed:
-            raise
-        except ConnectionClosedError as exc:  # a request after stop(): say which lock
-            raise _drive.closed(self.path) from exc
         finally:
             self.close()
 
@@ -168,8 +156,6 @@ class AioDriver(_drive.Watches):
             w.set_exception(why())
 
     def check(self) -> None:
-        if _kazoo.is_stopped(self.client):  # woken by the LOST that stop() sends
-            raise _drive.closed(self.path)
         if self._stop is not None:
             raise self._stop()
         if self.deadline is not None and time.monotonic() >= self.deadline:

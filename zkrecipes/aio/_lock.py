@@ -200,7 +200,7 @@ class Lock(HeldView, Reporter):
         self.lost.clear()
         self._set_state(WAITING)
         ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
-        driver = AioDriver(self.client, ops_deadline, self._core.retry, nowait=not blocking, path=self.path)
+        driver = AioDriver(self.client, ops_deadline, self._core.retry, nowait=not blocking)
         self._drivers.add(driver)
         hold = None
         try:

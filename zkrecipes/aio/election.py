@@ -56,7 +56,7 @@ class LeaderElection(TermView, Reporter):
         await self._drop_hold()
         self._cancelled = False
         self.lost.clear()
-        driver = self._driver = AioDriver(self.client, deadline, self._core.retry, path=self.path)
+        driver = self._driver = AioDriver(self.client, deadline, self._core.retry)
         self._set_state(CANDIDATE)
         entry: Optional[Entry] = None
         core = self._core
