@@ -5,6 +5,7 @@ max_leases mismatch, a lease per task (reentrant), and session expiry told on th
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from typing import Dict, List
@@ -182,6 +183,10 @@ def test_a_newcomer_with_another_max_leases_raises_and_leaves_no_node(zk_ensembl
             await rival.acquire(timeout=10)
         assert rival.state == "idle" and rival.node is None
         assert kids(client, path) == [name(holder.node)]
+        with pytest.raises(ValueError, match="max_leases 2 disagrees with 3"):
+            aio.Semaphore(client, path, 2)  # one process, one client and path: one max_leases while rival lives
+        del rival
+        gc.collect()
         same = aio.Semaphore(client, path, 2)
         assert await same.acquire(timeout=10)  # two leases: both hold
         await same.release()

@@ -813,3 +813,14 @@ def test_a_disconnect_right_after_the_read_back_never_abandons_our_node(zk, monk
     assert children(zk, "/confirm") == [election.node.rsplit("/", 1)[1]]  # one node: ours
     election.resign()
     assert children(zk, "/confirm") == []
+
+
+def test_with_election_campaigns_and_resigns(zk, zk_factory):
+    election = LeaderElection(zk, "/with-election")
+    watcher = LeaderElection(zk_factory(), "/with-election")
+    with election as same:
+        assert same is election and election.is_leader
+        assert len(children(zk, "/with-election")) == 1
+    assert not election.is_leader
+    wait_until(lambda: not children(zk, "/with-election"), 10, "the node deleted on exit")
+    assert watcher.leader() is None

@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, assert_no_watch, children, wait_until
 
-from zkrecipes import FairLock, LockError, LockLost, Semaphore
+from zkrecipes import FairLock, LeaderElection, LockError, LockLost, ReadWriteLock, Semaphore
 from zkrecipes._drive import Driver
 from zkrecipes.testing import Partition, expire_session
 
@@ -280,3 +280,16 @@ def test_a_waiter_watching_n_nodes_survives_a_short_cut(zk, zk_factory, zk_ensem
         assert waiter.released.wait(10)
     holders[0].release()
     assert children(zk, path) == []
+
+
+@pytest.mark.parametrize("make", [FairLock, lambda zk, p: ReadWriteLock(zk, p).write(), LeaderElection],
+                         ids=["fair", "rw-write", "election"])
+def test_a_lock_on_a_semaphores_path_is_refused_not_queued_forever(zk, zk_factory, make):
+    sem = Semaphore(zk, "/sem-path", 2)
+    assert sem.acquire()
+    lock = make(zk_factory(), "/sem-path")
+    start = lock.campaign if hasattr(lock, "campaign") else lock.acquire
+    with pytest.raises(LockError, match="Semaphore's lease"):
+        start(timeout=30)
+    assert len(children(zk, "/sem-path")) == 1  # its node deleted
+    sem.release()

@@ -31,8 +31,14 @@ NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 
 
 def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any."""
-    return ahead[-1] if ahead else None
+    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any. Raises
+    LockError if that is a semaphore's lease (it would never let us in as a lock: a path of its own)."""
+    if not ahead:
+        return None
+    if ahead[-1].kind == naming.LEASE:
+        raise LockError(f"{ahead[-1].name!r} ahead of us is a Semaphore's lease: a lock or election "
+                        "needs a path of its own")
+    return ahead[-1]
 
 
 def _joinable(hold: Optional[Hold]) -> bool:

@@ -24,7 +24,7 @@ from ._drive import Driver
 from ._lock import predecessor
 from ._participant import Participant
 from ._protocol import Cancelled, DeadlinePassed, Entry, Proto
-from .errors import LockError, LockLost
+from .errors import LockCancelled, LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold
 
@@ -151,6 +151,16 @@ class LeaderElection(TermView, Participant):
         with self._lock:
             hold = self._drop_hold()
         self._end_term(hold)
+
+    def __enter__(self) -> "LeaderElection":
+        """``with election:`` campaigns without a timeout and resigns on exit (as ``async with`` does in
+        :mod:`zkrecipes.aio`). Raises LockCancelled if :meth:`cancel` stopped the campaign."""
+        if not self.campaign():
+            raise LockCancelled(f"campaign for {self.path} was cancelled")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.resign()
 
     def cancel(self) -> None:
         """Stop a pending :meth:`campaign` (it returns False); leadership already held is kept."""

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, List, Optional, Sequence
+import weakref
+from typing import Any, Dict, List, Optional, Sequence
 
 from kazoo.client import KazooClient
 
@@ -58,6 +59,7 @@ class Semaphore(Lock):
     ) -> None:
         self.max_leases = naming.validate_max_leases(max_leases)
         super().__init__(client, path, identifier, **kwargs)
+        _declare(self)
 
     def _setup(self) -> None:
         self._cancel = threading.Event()
@@ -113,3 +115,21 @@ class Semaphore(Lock):
 
     def __repr__(self) -> str:
         return f"<Semaphore {self.path!r} max_leases={self.max_leases} state={self.state}>"
+
+
+# this process's live Semaphore objects, by client and path: they must agree on max_leases
+_live: "weakref.WeakKeyDictionary[KazooClient, Dict[str, weakref.WeakSet[Semaphore]]]" = weakref.WeakKeyDictionary()
+_live_lock = threading.Lock()
+
+
+def _declare(sem: Semaphore) -> None:
+    """Refuse a second max_leases for one client and path in this process (ValueError naming both):
+    the other object's waiters would queue behind holders they disagree with."""
+    with _live_lock:
+        paths = _live.setdefault(sem.client, {})
+        objs = paths.setdefault(sem.path, weakref.WeakSet())
+        for other in objs:
+            if other.max_leases != sem.max_leases:
+                raise ValueError(f"{sem.path}: max_leases {sem.max_leases} disagrees with {other.max_leases} "
+                                 "of another Semaphore on this client and path")
+        objs.add(sem)
