@@ -219,6 +219,10 @@ class SessionWatcher:
                 continue
             if state is None:
                 client = self._client_ref()
+                if client is not None and is_stopped(client) and self._events.empty() and self._subs:
+                    # kazoo's own LOST may not have reached us yet: holds and waiters hear of the stop now
+                    # (holds ignore a second LOST; waiters look at the client and raise ClientClosed)
+                    self._emit(LOST)
                 with self._lock:
                     if client is None or (is_stopped(client) and self._events.empty()):
                         self._thread = None  # the client is gone or stopped: no event can come (a later
