@@ -586,7 +586,7 @@ def _versions(ens: Optional[Ensemble]) -> dict:
     env = {"zkrecipes": __version__, "kazoo": getattr(kazoo, "__version__", "?"), "python": platform.python_version(),
            "cpus": os.cpu_count(), "platform": platform.platform()}
     src = _ROOT
-    if os.path.isdir(os.path.join(src, ".git")):  # provenance: the commit the lab and the locks came from
+    if os.path.exists(os.path.join(src, ".git")):  # provenance: the commit (.git is a file in a worktree)
         git = ["git", "-C", src]
         head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
         dirty = subprocess.run(git + ["status", "--porcelain", "--", "zkrecipes"], capture_output=True,
