@@ -25,6 +25,7 @@ from lockhelpers import wait_until as _wait_until
 
 from zkrecipes import naming
 from zkrecipes.testing import Partition
+from zkrecipes.testing.ensemble import four_letter
 
 _SCRIPT = Path(sys.executable).with_name("zkrecipes")
 ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkrecipes.cli"]
@@ -596,3 +597,31 @@ def test_help_lists_the_exit_codes():
                               ("127", "command not found"), ("130", "interrupted")):
             assert re.search(rf"(^|\s){code}\s+{meaning}", codes), (code, r.stdout)
         assert "the command's own exit status" in codes
+
+
+def _received(ensemble) -> int:
+    """Requests the servers have received so far (the sum of srvr's 'Received' counters)."""
+    total = 0
+    for port in ensemble.client_ports:
+        lines = [ln for ln in four_letter(port, "srvr").splitlines() if ln.startswith("Received:")]
+        assert lines, f"no srvr reply from port {port}"
+        total += int(lines[0].split(":", 1)[1])
+    return total
+
+
+def test_waiters_cost_requests_linear_in_their_number(cli, zk, zk_ensemble):
+    # A fleet of non-tty waiters (cron jobs) passing through one lock: the progress tracker, which only
+    # prints, must add no watch and no re-listing per change (15 waiters cost 2,775 requests with it, 122
+    # without: quadratic). Each waiter's own cost is a handful of requests plus pings.
+    n = 10
+    cli.start("lock", "/fleet", "--hosts", cli.hosts, *cli.holder("holder"), tag="holder")
+    cli.wait_event("holder", "start")
+    before = _received(zk_ensemble)
+    waiters = [cli.start("lock", "/fleet", "--hosts", cli.hosts, "--", sys.executable, "-c", "pass", tag=f"w{i}")
+               for i in range(n)]
+    wait_until(lambda: len(queue(zk, "/fleet")) == n + 1, "every waiter queued", timeout=60)
+    cli.release("holder")
+    for w in waiters:
+        assert w.wait() == 0, w.stderr
+    used = _received(zk_ensemble) - before
+    assert used < 40 * n, f"{n} CLI waiters cost {used} requests"
