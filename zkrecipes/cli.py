@@ -291,7 +291,8 @@ def _token_env(token: Optional[int], node: Optional[str]) -> Dict[str, str]:
 
 
 class Progress:
-    """Tracks how many are ahead of us while we wait; prints changes to stderr when asked to."""
+    """Prints how many are ahead of us while we wait, to stderr; when not asked to print, runs no thread and
+    sends no request (a fleet of non-tty waiters would otherwise re-list the lock on every change)."""
 
     def __init__(self, client: KazooClient, path: str, exclusive: bool, show: bool) -> None:
         self.client, self.path, self.exclusive, self.show = client, path, exclusive, show
@@ -299,7 +300,8 @@ class Progress:
         self._stop = threading.Event()
         self._changed = threading.Event()
         self._thread = threading.Thread(target=self._run, name="zkrecipes-progress", daemon=True)
-        self._thread.start()
+        if show:
+            self._thread.start()
 
     def count(self) -> Optional[int]:
         """Nodes ahead of ours (all nodes while ours is not there yet); the lock node for --exclusive."""
@@ -345,7 +347,8 @@ class Progress:
     def stop(self) -> None:
         self._stop.set()
         self._changed.set()
-        self._thread.join(2)
+        if self._thread.is_alive():
+            self._thread.join(2)
         if self.show and self.ahead is not None:
             sys.stderr.write("\n")
 
