@@ -80,7 +80,9 @@ def test_a_run_whose_n_disagrees_with_the_holders_exits_2(cli: Cli, zk):
     r = cli.run("lock", "-n", "3", "/m", "--hosts", cli.hosts, "--", "true")
     assert r.returncode == 2 and "max_leases 3 disagrees with the holders' 2" in r.stderr, r.stderr
     r = cli.run("lock", "/m", "--hosts", cli.hosts, "--timeout", "0.5", "--", "true")
-    assert r.returncode == 75, r.stderr  # a plain lock just waits behind the lease (it is not a semaphore)
+    # a plain lock on a semaphore's path is refused, not queued behind the lease until it times out
+    assert r.returncode == 2 and "is a Semaphore's lease: a lock or election needs a path of its own" in r.stderr, \
+        r.stderr
     cli.release("a")
     assert a.wait() == 0
     assert queue(zk, "/m") == []
