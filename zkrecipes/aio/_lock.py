@@ -218,9 +218,13 @@ class Lock(HeldView, Reporter):
         self._cancelled = False
         self._drivers: Set[AioDriver] = set()
         self._attached: Dict[Hold, Callable[[str], None]] = {}  # the holds this object reports on
+        self._followed: "weakref.WeakSet[asyncio.Task[Any]]" = weakref.WeakSet()  # owners told to _owner_ended
     def _follow_owner(self, task: "asyncio.Task[Any]") -> None:
-        """Release what ``task`` still holds when it ends (nobody else can): no node outlives its owner."""
-        task.add_done_callback(self._owner_ended)
+        """Release what ``task`` still holds when it ends (nobody else can): no node outlives its owner.
+        One callback per task and object, however often the task acquires (a loop must not pile them up)."""
+        if task not in self._followed:
+            self._followed.add(task)
+            task.add_done_callback(self._owner_ended)
 
     def _owner_ended(self, task: "asyncio.Task[Any]") -> None:
         gate = self._gate_of(task)
