@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import select
 import socket
+import struct
 import threading
 import time
-from typing import Callable, Optional
+from typing import Callable, Dict, Optional
 
 import pytest
 from kazoo.exceptions import NoNodeError
@@ -252,3 +254,78 @@ class Freezer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LateLink:
+    """A proxy to one server that, once :meth:`arm`-ed, holds back the next reply to a request of each
+    connection (and everything after it) until that connection's client sends another packet."""
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.split(",")[0].rpartition(":")
+        self._target = (host, int(port))
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.hosts = f"127.0.0.1:{self._listener.getsockname()[1]}"
+        self._pairs: Dict[socket.socket, socket.socket] = {}
+        self._from_server: Dict[socket.socket, bytearray] = {}  # bytes not yet split into frames
+        self._held: Dict[socket.socket, bytearray] = {}  # frames held back, per server-side socket
+        self._greeted: Dict[socket.socket, bool] = {}  # the connect response (no reply header) has passed
+        self._armed = False
+        self.held_count = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def arm(self) -> None:
+        self._armed = True
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        for s in [self._listener, *self._pairs]:
+            s.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self._listener, *self._pairs], [], [], 0.1)
+            for s in ready:
+                if s is self._listener:
+                    client, _ = self._listener.accept()
+                    server = socket.create_connection(self._target)
+                    self._pairs[client], self._pairs[server] = server, client
+                    self._from_server[server], self._greeted[server] = bytearray(), False
+                    continue
+                if s not in self._pairs:
+                    continue
+                data = s.recv(65536)
+                peer = self._pairs[s]
+                if not data:
+                    for x in (s, peer):
+                        self._pairs.pop(x, None)
+                        x.close()
+                    continue
+                if s in self._from_server:
+                    self._from_server[s] += data
+                    self._forward_frames(s, peer)
+                else:  # the client spoke: a stuck server wakes up and answers everything it held
+                    peer.sendall(data)
+                    held = self._held.pop(peer, None)
+                    if held:
+                        s.sendall(held)
+
+    def _forward_frames(self, server: socket.socket, client: socket.socket) -> None:
+        buf = self._from_server[server]
+        while len(buf) >= 4:
+            (size,) = struct.unpack(">i", buf[:4])
+            if len(buf) < 4 + size:
+                return
+            frame, buf[:] = bytes(buf[:4 + size]), buf[4 + size:]
+            xid = struct.unpack(">i", frame[4:8])[0] if self._greeted[server] else None
+            self._greeted[server] = True
+            if server not in self._held and self._armed and xid is not None and xid > 0:
+                self._armed = False  # one reply per arm: to a request (not a watch event, ping or auth)
+                self.held_count += 1
+                self._held[server] = bytearray()
+            if server in self._held:
+                self._held[server] += frame
+            else:
+                client.sendall(frame)

@@ -19,9 +19,9 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, NoNodeError
 from kazoo.protocol.serialization import GetChildren
 from kazoo.security import OPEN_ACL_UNSAFE
-from lockhelpers import full_path, server_watches, wait_until
+from lockhelpers import LateLink, full_path, server_watches, wait_until
 
-from zkrecipes import _kazoo
+from zkrecipes import FairLock, _kazoo
 
 
 def test_runs_on_the_expected_kazoo():
@@ -64,6 +64,30 @@ def test_session_timeout_is_the_granted_one_and_replies_are_stamped_with_their_s
     idle_from = time.monotonic()
     wait_until(lambda: h.answered > idle_from, 10, "an idle client's ping is answered")  # pings count too
     assert h.answered - idle_from < 3.5 / 3 + 1.0  # kazoo pings a third of the timeout after its last send
+
+
+def test_an_overdue_reply_is_nudged_on_connections_our_recipes_use(zk_ensemble, zk_factory):
+    """A server that sits on a reply (ZOOKEEPER-4537) answers once another packet arrives: the nudger
+    sends one, on connections zkrecipes sends on, and only there."""
+    link = LateLink(zk_ensemble.hosts)
+    try:
+        ours, theirs = zk_factory(hosts=link.hosts, timeout=30.0), zk_factory(hosts=link.hosts, timeout=4.0)
+        lock = FairLock(ours, "/nudge")
+        assert lock.acquire(timeout=10)
+        h = _kazoo.heard(ours)
+        nudges, t0 = h.nudges, time.monotonic()
+        link.arm()
+        ours.exists("/nudge")  # a plain kazoo call on our connection is nudged too
+        assert link.held_count == 1 and h.nudges == nudges + 1
+        assert time.monotonic() - t0 < 2.0  # kazoo's own heartbeat would come after about 10 s
+        lock.release()
+        link.arm()
+        t0 = time.monotonic()
+        theirs.exists("/")  # never used by a recipe: left alone, answered after kazoo's heartbeat
+        assert link.held_count == 2 and _kazoo.heard(theirs).nudges == 0
+        assert time.monotonic() - t0 > 0.5
+    finally:
+        link.close()
 
 
 def test_session_timeout_is_the_servers_when_it_grants_another(zk_ensemble):

@@ -8,8 +8,11 @@ oldest that setup.cfg allows (2.9.0).
 from __future__ import annotations
 
 import collections
+import logging
+import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 import kazoo.exceptions
@@ -22,6 +25,7 @@ from kazoo.protocol.serialization import (
     Connect,
     Create2,
     Delete,
+    Exists,
     GetChildren,
     Transaction,
     int_struct,
@@ -177,12 +181,15 @@ class Heard:
     one). The server heard that request no earlier than we sent it, so it cannot expire the session before
     ``answered + granted``. Written by kazoo's connection thread only; plain attribute reads elsewhere."""
 
-    __slots__ = ("granted", "answered", "_sent")
+    __slots__ = ("granted", "answered", "_sent", "attended", "nudges", "_nudged")
 
     def __init__(self) -> None:
         self.granted: Optional[float] = None
         self.answered: Optional[float] = None
         self._sent: Deque[float] = collections.deque()  # send times of requests not answered yet, oldest first
+        self.attended = False  # True once our recipes send on this connection: overdue replies are nudged
+        self.nudges = 0  # requests sent to wake a server that sat on a reply (see Nudger)
+        self._nudged: Optional[float] = None  # send time of the request the last nudge was for
 
 
 def _heard(conn: Any) -> Heard:
@@ -204,7 +211,10 @@ def _follow_replies() -> None:
     submit, read_header, invoke = ConnectionHandler._submit, ConnectionHandler._read_header, ConnectionHandler._invoke
 
     def _submit(self: Any, request: Any, timeout: Any, xid: Any = None) -> Any:
-        _heard(self)._sent.append(time.monotonic())  # stamped before the write: never later than the send
+        h = _heard(self)
+        h._sent.append(time.monotonic())  # stamped before the write: never later than the send
+        if h.attended and not nudger.armed:  # after the stamp: see Nudger.poll
+            nudger.arm()
         return submit(self, request, timeout, xid)
 
     def _read_header(self: Any, timeout: Any) -> Any:
@@ -235,6 +245,78 @@ def _follow_replies() -> None:
 _follow_replies()
 
 
+log = logging.getLogger("zkrecipes.kazoo")
+
+NUDGE_AFTER = 0.05  # s a request may wait for its reply before we nudge its server
+
+
+class Nudger:
+    """Wakes servers that sit on a reply. ZooKeeper 3.6.0-3.8.0 (ZOOKEEPER-4537, fixed in 3.7.2/3.8.1)
+    can lose the wake-up of its CommitProcessor: a request that reaches a quiet server is then left
+    unanswered until the next packet from any client reaches that server, usually a heartbeat seconds
+    later. A lock hand-off is such a moment (one request in flight in the whole ensemble), so one lost
+    wake-up stalled every waiter behind it for a heartbeat interval (issue 30). When the oldest request on
+    a connection we send on has waited ``NUDGE_AFTER`` for its reply, one thread per process sends one
+    cheap read (an exists of the root) on that connection: its arrival wakes the server, which answers
+    both. One nudge per stuck request; the thread sleeps while nothing is outstanding."""
+
+    def __init__(self) -> None:
+        self.armed = False  # True while the thread polls; read without a lock on the send path
+        self.attended: "weakref.WeakSet[Any]" = weakref.WeakSet()  # connections our recipes send on
+        self._wake = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+
+    def attend(self, client: KazooClient) -> None:
+        """Watch ``client``'s connection for overdue replies from now on."""
+        conn = client._connection
+        h = _heard(conn)
+        if not h.attended:
+            h.attended = True
+            self.attended.add(conn)
+            self.arm()
+
+    def arm(self) -> None:
+        with self._lock:
+            self.armed = True
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="zkrecipes-nudge", daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            while self.poll():
+                time.sleep(NUDGE_AFTER / 2)
+
+    def poll(self) -> bool:
+        """Nudge every connection whose oldest request is overdue; False (disarmed) once none waits."""
+        self.armed = False  # before the scan: a request sent after it re-arms (its sender sees False)
+        waiting, now = False, time.monotonic()
+        for conn in list(self.attended):
+            h = _heard(conn)
+            try:
+                oldest = h._sent[0]
+            except IndexError:
+                continue
+            waiting = self.armed = True
+            if now - oldest >= NUDGE_AFTER and h._nudged != oldest and conn.client._state in _LIVE:
+                h._nudged, h.nudges = oldest, h.nudges + 1
+                log.debug("no reply for %.0f ms: nudging the server", (now - oldest) * 1e3)
+                submit(conn.client, [Exists(conn.client.chroot or "/", None)])
+        return waiting
+
+    def forget_thread(self) -> None:  # in a forked child the thread does not exist
+        self._thread, self._lock, self.armed = None, threading.Lock(), False
+
+
+nudger = Nudger()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=nudger.forget_thread)
+
+
 def heard(client: KazooClient) -> Heard:
     """What the replies on ``client``'s connection told so far (``KazooClient._connection``; 2.9.0-2.11.0)."""
     return _heard(client._connection)
@@ -261,6 +343,8 @@ def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult
     (2.9.0-2.11.0); paths must already carry the chroot.
     """
     handler = client.handler
+    if not _heard(client._connection).attended:
+        nudger.attend(client)
     threads = type(handler) is SequentialThreadingHandler
     results = [Result(handler) if threads else handler.async_result() for _ in requests]
     write_sock = client._connection._write_sock
