@@ -252,13 +252,15 @@ NUDGE_AFTER = 0.05  # s a request may wait for its reply before we nudge its ser
 
 class Nudger:
     """Wakes servers that sit on a reply. ZooKeeper 3.6.0-3.8.0 (ZOOKEEPER-4537, fixed in 3.7.2/3.8.1)
-    can lose the wake-up of its CommitProcessor: a request that reaches a quiet server is then left
-    unanswered until the next packet from any client reaches that server, usually a heartbeat seconds
-    later. A lock hand-off is such a moment (one request in flight in the whole ensemble), so one lost
-    wake-up stalled every waiter behind it for a heartbeat interval (issue 30). When the oldest request on
-    a connection we send on has waited ``NUDGE_AFTER`` for its reply, one thread per process sends one
-    cheap read (an exists of the root) on that connection: its arrival wakes the server, which answers
-    both. One nudge per stuck request; the thread sleeps while nothing is outstanding."""
+    can lose the wake-up of its CommitProcessor: a request that arrives while that thread is between its
+    last look at its queues and its sleep is left unanswered until the next packet from any client
+    reaches the server, usually a heartbeat seconds later. A waiter re-lists within a millisecond of the
+    watch notification the server sent while applying the holder's delete, so its request tends to land
+    in exactly that window, at a moment when nothing else is in flight: one hand-off in thousands waited
+    a heartbeat interval (issue 30). When the oldest request on a connection our recipes use has waited
+    ``NUDGE_AFTER``, one thread per process sends one cheap read (an exists of the root) on it: its
+    arrival wakes the server, which answers both. One nudge per stuck request; the thread sleeps while
+    nothing is outstanding."""
 
     def __init__(self) -> None:
         self.armed = False  # True while the thread polls; read without a lock on the send path
