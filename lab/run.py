@@ -24,14 +24,19 @@ Trials: ``zk`` (zkrecipes FairLock, ReadWriteLock and LeaderElection, three thre
 session), ``kazoo`` (kazoo's ``Lock``) and ``redis`` (the classic ``SET NX PX`` lock; ZooKeeper server
 faults map to killing, or stopping, the single redis-server, and session expiry to expiring the holder's
 key server-side; there is no follower to kill), and ``cli`` (``zkrecipes lock`` commands whose children
-must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`).
+must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`),
+``mixed-kazoo`` and ``mixed-curator`` (zkrecipes ``FairLock(protocol="kazoo"|"curator")`` beside kazoo's
+``Lock`` or Curator's ``InterProcessMutex`` in Java workers, on one path, every hold fenced and verified,
+plus a default-format fleet that must be refused beside kazoo: :mod:`lab.mixed_trial`).
 The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--long``
 runs every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts).
+Without ``--long``, the mixed trials inject one ``session-expiry`` and one ``pause``.
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
-status is 1 when zkrecipes had an accepted overlap, a lost increment, an orphan node or a hung worker.
+status is 1 when zkrecipes had an accepted overlap, a lost increment, a missed notice, an orphan node or a
+hung worker, or failed a trial's own check (a mixed trial's valid overlaps or refusals).
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 
