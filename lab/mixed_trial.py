@@ -153,10 +153,15 @@ class MixedTrial(Trial):
                 time.sleep(0.002)
         return None
 
+    def inject(self, kind: str, target_impl: str) -> None:
+        try:
+            super().inject(kind, target_impl)
+        finally:
+            self._contender = None  # the target of this fault only
+
     def shutdown(self) -> None:
         if self.name == "mixed-kazoo":
             self.refusal_phase()
-        self._contender = None
         super().shutdown()
 
     def refusal_phase(self) -> None:
@@ -311,8 +316,9 @@ def check(path: str) -> dict:
                 mine.update(e.get("own_nodes", []))
         for n in left:
             found = protocols.identify(n.rsplit("/", 1)[-1])
-            ours = found is not None and found.ours and found.protocol != protocols.ZKRECIPES
-            if ours == side.endswith("-zk"):
+            if found is not None and found.protocol == protocols.ZKRECIPES:
+                continue  # a default-format node: the refusal fleet's
+            if (found is not None and found.ours) == side.endswith("-zk"):
                 mine.add(n)
         out[side]["totals"]["orphans"] = len(mine)
         out[side]["totals"]["orphan_nodes"] = sorted(mine)[:20]
