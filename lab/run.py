@@ -778,7 +778,8 @@ def markdown(res: dict) -> str:
         )
     for name, why in res["skipped"].items():
         lines.append(f"| {name} trial | skipped: {why} |||||||||||||")
-    lines += [""] + [f"- {t['name']}: {t['note']}" for t in res["totals"].values() if t.get("note")]
+    notes = [f"- {t['name']}: {t['note']}" for t in res["totals"].values() if t.get("note")]
+    lines += [""] + notes if notes else []
     lines += [
         "",
         "| Lock | Fault | Faults (holder hit) | Grants | Ops ok | Ops rejected | Unsafe overlaps | Accepted overlaps "
@@ -861,7 +862,7 @@ def _on_sigterm(signum, frame) -> None:
 
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--long", action="store_true", help="every trial (zkrecipes, kazoo, redis), each fault 3 times")
+    p.add_argument("--long", action="store_true", help="every trial, each fault 3 times")
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
     p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")
     p.add_argument("--trials", help="comma-separated subset of " + ",".join(TRIALS) + " (default: zk; --long: all)")
