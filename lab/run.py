@@ -24,14 +24,19 @@ Trials: ``zk`` (zkrecipes FairLock, ReadWriteLock and LeaderElection, three thre
 session), ``kazoo`` (kazoo's ``Lock``) and ``redis`` (the classic ``SET NX PX`` lock; ZooKeeper server
 faults map to killing, or stopping, the single redis-server, and session expiry to expiring the holder's
 key server-side; there is no follower to kill), and ``cli`` (``zkrecipes lock`` commands whose children
-must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`).
+must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`),
+``mixed-kazoo`` and ``mixed-curator`` (zkrecipes ``FairLock(protocol="kazoo"|"curator")`` beside kazoo's
+``Lock`` or Curator's ``InterProcessMutex`` in Java workers, on one path, every hold fenced and verified,
+plus a default-format fleet that must be refused beside kazoo: :mod:`lab.mixed_trial`).
 The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--long``
 runs every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts).
+Without ``--long``, the mixed trials inject one ``session-expiry`` and one ``pause``.
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
-status is 1 when zkrecipes had an accepted overlap, a lost increment, an orphan node or a hung worker.
+status is 1 when zkrecipes had an accepted overlap, a lost increment, a missed notice, an orphan node or a
+hung worker, or failed a trial's own check (a mixed trial's valid overlaps or refusals).
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 
@@ -65,7 +70,9 @@ from .redis_server import RedisServer, redis_version
 FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "silent-partition",
                "pause", "holder-kill")
 HOLDER_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "holder-kill")
-TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",)}
+TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",),
+          "mixed-kazoo": ("mk-zk", "mk-kazoo"), "mixed-curator": ("mc-zk", "mc-curator")}
+MIXED_TRIALS = ("mixed-kazoo", "mixed-curator")  # lab.mixed_trial
 IMPL_NAMES = {
     "fair": "zkrecipes FairLock",
     "rw": "zkrecipes ReadWriteLock",
@@ -73,6 +80,11 @@ IMPL_NAMES = {
     "kazoo": "kazoo Lock",
     "redis": "Redis SET NX PX",
     "cli": cli_trial.NAME,
+    "mk-zk": "zkrecipes FairLock(protocol='kazoo') beside kazoo Lock",
+    "mk-kazoo": "kazoo Lock beside FairLock(protocol='kazoo')",
+    "mk-refusal": "zkrecipes FairLock (default format) beside kazoo Lock: refused",
+    "mc-zk": "zkrecipes FairLock(protocol='curator') beside Curator InterProcessMutex",
+    "mc-curator": "Curator InterProcessMutex beside FairLock(protocol='curator')",
 }
 TOKENS = {
     "fair": "czxid (lock.token)",
@@ -81,10 +93,15 @@ TOKENS = {
     "kazoo": "none (czxid needs an extra read)",
     "redis": "none (random value, not ordered)",
     "cli": "czxid (ZKRECIPES_TOKEN)",
+    "mk-zk": "czxid (lock.token)",
+    "mk-kazoo": "czxid (an extra exists read)",
+    "mk-refusal": "none (never holds)",
+    "mc-zk": "czxid (lock.token)",
+    "mc-curator": "czxid (an extra exists read)",
 }
 ZK_IMPLS = ("fair", "rw", "election", "cli")
 HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
-BASELINES = ("kazoo", "redis")  # not zkrecipes recipes: reported as found, never fail the run
+BASELINES = ("kazoo", "redis", "mk-kazoo", "mc-curator")  # not zkrecipes recipes: reported as found, never fail
 REDIS_KEY = "chaos-lock"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: workers import lab
 
@@ -173,7 +190,7 @@ class Trial:
         slot.gen += 1
         slot.session_file = os.path.join(self.dir, f"session-{slot.index}-{slot.gen}.json")
         cfg = {
-            "impl": self.name,
+            "impl": self.impl_of(slot),
             "slot": slot.index,
             "gen": slot.gen,
             "seed": f"{self.st.seed}-{self.name}-{slot.index}-{slot.gen}",
@@ -189,6 +206,7 @@ class Trial:
             "session_timeout": self.st.session_timeout,
             "hold": list(self.st.hold),
         }
+        cfg.update(self.worker_cfg(slot))
         cfg_path = os.path.join(self.dir, f"cfg-{slot.index}-{slot.gen}.json")
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
@@ -203,6 +221,14 @@ class Trial:
             )
         finally:
             log.close()
+
+    def impl_of(self, slot: Slot) -> str:
+        """What the worker in ``slot`` runs (a mixed trial runs two implementations)."""
+        return self.name
+
+    def worker_cfg(self, slot: Slot) -> dict:
+        """Extra worker configuration (hook for trials in their own modules)."""
+        return {}
 
     def wait_ready(self, slots: list, timeout: float = 60.0) -> None:
         """Wait until each worker has a session (ZooKeeper) or has written its first event (Redis)."""
@@ -568,6 +594,13 @@ class Trial:
 
 
 # -- the whole run ---------------------------------------------------------------------------------------------
+def mixed_trial():
+    """:mod:`lab.mixed_trial`, imported when needed (it builds on this module's Trial)."""
+    from . import mixed_trial as mod
+
+    return mod
+
+
 def redis_available() -> bool:
     if not shutil.which("redis-server"):
         return False
@@ -612,8 +645,11 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
     envinfo: dict = {}
     try:
         for name in st.trials:
+            why = mixed_trial().skip_reason(name) if name in MIXED_TRIALS else None
             if name == "redis" and not redis_available():
-                skipped[name] = "redis-server or the redis client is not installed"
+                why = "redis-server or the redis client is not installed"
+            if why:
+                skipped[name] = why
                 say(f"trial {name}: skipped ({skipped[name]})")
                 continue
             d = os.path.join(tmp, name)
@@ -634,6 +670,8 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
                         cli_trial.CliTrial(st, d, say, ens, journal).run()
                     finally:
                         journal.close()
+                elif name in MIXED_TRIALS:
+                    mixed_trial().MixedTrial(name, st, d, say, ens).run()
                 else:
                     Trial(name, st, d, say, ens, redis_srv).run()
             finally:
@@ -641,7 +679,8 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
                     ens.close()
                 if redis_srv is not None:
                     redis_srv.close()
-            checked[name] = cli_trial.check(d) if name == "cli" else check_trial(d)
+            checked[name] = cli_trial.check(d) if name == "cli" else \
+                mixed_trial().check(d) if name in MIXED_TRIALS else check_trial(d)
             say(f"trial {name}: checked")
         results = assemble(st, checked, skipped, envinfo, time.monotonic() - t_start)
     finally:
@@ -674,7 +713,8 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
             t["baseline"] = impl in BASELINES
             totals[impl] = t
             extra = tuple(k for k in r["rows"] if k not in FAULT_KINDS and k != "none")
-            for kind in (tuple(r["rows"]) if impl == "cli" else ("none",) + FAULT_KINDS + extra):
+            own_rows = impl == "cli" or t.get("own_rows_only")
+            for kind in (tuple(r["rows"]) if own_rows else ("none",) + FAULT_KINDS + extra):
                 row = r["rows"].get(kind)
                 rows.append({"impl": impl, "name": IMPL_NAMES[impl], "fault": kind,
                              **(row if row is not None else {"applicable": False})})
@@ -687,6 +727,7 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
                 failures.append(f"{IMPL_NAMES[impl]}: {key} = {t[key]}")
         if t.get("notices_got", 0) < t.get("notices_needed", 0):
             failures.append(f"{IMPL_NAMES[impl]}: missed notices = {t['notices_needed'] - t['notices_got']}")
+        failures += [f"{IMPL_NAMES[impl]}: {m}" for m in t.get("failed_checks", [])]  # a trial's own checks
         if impl == "rw" and not t.get("readers_overlapped"):
             failures.append(f"{IMPL_NAMES[impl]}: readers never held the lock together")
     return {
@@ -737,6 +778,8 @@ def markdown(res: dict) -> str:
         )
     for name, why in res["skipped"].items():
         lines.append(f"| {name} trial | skipped: {why} |||||||||||||")
+    notes = [f"- {t['name']}: {t['note']}" for t in res["totals"].values() if t.get("note")]
+    lines += [""] + notes if notes else []
     lines += [
         "",
         "| Lock | Fault | Faults (holder hit) | Grants | Ops ok | Ops rejected | Unsafe overlaps | Accepted overlaps "
@@ -790,6 +833,8 @@ def rst(res: dict) -> str:
                                           "Lost increments", "Accepted overlaps", "Unsafe overlaps", "Rejected ops",
                                           "Out-of-order grants", "Loss notices got/needed (late)", "Orphans",
                                           "Hung workers", "Readers together"], summary)
+    notes = [f"- {t['name']}: {t['note']}" for t in res["totals"].values() if t.get("note")]
+    lines += notes + [""] if notes else []
     lines += table("Per implementation and fault", ["Lock", "Fault", "Faults (holder hit)", "Grants", "Ops ok",
                                                     "Ops rejected", "Unsafe overlaps", "Accepted overlaps",
                                                     "Lost increments", "Out-of-order grants",
@@ -817,10 +862,10 @@ def _on_sigterm(signum, frame) -> None:
 
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--long", action="store_true", help="every trial (zkrecipes, kazoo, redis), each fault 3 times")
+    p.add_argument("--long", action="store_true", help="every trial, each fault 3 times")
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
     p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")
-    p.add_argument("--trials", help="comma-separated subset of zk,kazoo,redis,cli (default: zk; --long: all)")
+    p.add_argument("--trials", help="comma-separated subset of " + ",".join(TRIALS) + " (default: zk; --long: all)")
     p.add_argument("--repeat", type=int, help="instances of each fault kind (default 1; --long: 3)")
     p.add_argument("--workers", type=int, default=8, help="worker processes per trial (default 8)")
     p.add_argument("--session-timeout", type=float, default=3.0, help="session timeout / lock lease, s (3)")

@@ -39,6 +39,7 @@ from .fenced import FencedRegister, StaleToken
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
 RW_WRITE_SHARE = 0.25
 FENCED = ("fair", "rw", "election")  # implementations whose register operations must carry a token
+MIXED_IMPLS = ("mk-zk", "mk-kazoo", "mk-refusal", "mc-zk", "mc-curator")  # lab.mixed_worker's loops
 REDIS_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
@@ -114,6 +115,10 @@ class Worker:
                 self.run_kazoo()
             elif self.cfg["impl"] == "redis":
                 self.run_redis()
+            elif self.cfg["impl"] in MIXED_IMPLS:
+                from . import mixed_worker
+
+                mixed_worker.run(self)
             else:
                 raise ValueError(f"unknown impl {self.cfg['impl']!r}")
         except BaseException as exc:

@@ -117,3 +117,56 @@ def test_cli_trial_never_runs_two_commands_at_once(tmp_path):
     assert t["accepted_overlaps"] == 0, f"two commands ran at once\n{where}"
     assert t["orphans"] == 0 and t["hung"] == 0, where
     assert res["passed"] and proc.returncode == 0, where
+
+
+@pytest.mark.parametrize("trial,zk_side,foreign", [("mixed-kazoo", "mk-zk", "mk-kazoo"),
+                                                   ("mixed-curator", "mc-zk", "mc-curator")])
+def test_mixed_fleet_trial_never_has_two_valid_holders(tmp_path, trial, zk_side, foreign):
+    """``python -m lab.run --trials mixed-kazoo|mixed-curator`` (issue 26): FairLock in kazoo's or Curator's node
+    format beside kazoo's Lock or Curator's InterProcessMutex on one path, one session expiry and one pause
+    (about 17 s each); every hold fenced by its czxid and verified before release. Plus, beside kazoo, a
+    default-format fleet that must be refused every time."""
+    try:
+        find_classpath()
+    except ZooKeeperNotFound as exc:
+        if os.environ.get("ZK_HOSTS"):
+            pytest.skip(f"the safety lab starts and kills its own servers: {exc}")
+        pytest.fail(str(exc), pytrace=False)
+    if trial == "mixed-curator":
+        from lab.mixed_trial import curator_classpath
+
+        classpath, reason = curator_classpath()
+        if classpath is None:
+            pytest.skip(f"the Curator half needs a JDK and Curator: {reason}")
+    out = tmp_path / trial
+    cmd = [sys.executable, "-m", "lab.run", "--trials", trial, "--seed", "1", "--out", str(out), "--keep-history"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=ROOT)
+    try:
+        _, stderr = proc.communicate(timeout=DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        pytest.fail(f"the {trial} trial did not finish within {DEADLINE:g} s\n{stderr[-3000:]}")
+    res = json.loads((out / "results.json").read_text())
+    zk, other = res["totals"][zk_side], res["totals"][foreign]
+    rows = {(r["impl"], r["fault"]): r for r in res["rows"]}
+    where = f"histories in {out / 'history'}\n{zk['findings'][:8]}\n{stderr[-2000:]}"
+    # the run did what it claims: both faults injected and each hit a holder, both halves held and verified
+    for kind in ("session-expiry", "pause"):
+        assert rows[(zk_side, kind)]["faults"] == 1, f"{kind} was not injected\n{where}"
+        assert rows[(zk_side, kind)]["hits"] + rows[(foreign, kind)]["hits"] == 1, f"{kind} hit no holder\n{where}"
+    for t in (zk, other):
+        assert t["grants"] >= 10 and t["verified"]["alive"] >= 10, f"{t['name']}: {t['verified']}\n{where}"
+        assert not t["crashes"], f"{t['name']}: {t['crashes']}\n{where}"
+    assert zk["accepted_writes"] >= 20, where
+    # the verdict
+    assert zk["valid_overlaps"] == 0, f"two valid holders at once\n{where}"
+    assert zk["accepted_overlaps"] == 0 and zk["lost_increments"] == 0, where
+    assert zk["notices_got"] == zk["notices_needed"], where
+    assert zk["orphans"] == 0 and zk["hung"] == 0, where
+    if trial == "mixed-kazoo":
+        ref = res["totals"]["mk-refusal"]
+        assert ref["attempts"] >= 10 and ref["refused"] == ref["attempts"] == ref["refused_naming_kazoo"], where
+        assert ref["grants"] == 0 and ref["orphans"] == 0, where
+    assert res["passed"] and proc.returncode == 0, f"{res['failures']}\n{where}"
