@@ -101,8 +101,10 @@ class Windows:
         return any(start - margin <= b and a <= end for start, end, _ in self.items)
 
 
-def check_trial(path: str) -> dict:
-    """Check one trial directory; returns ``{"impls": {impl: {"totals": {...}, "rows": {kind: {...}}}}}``."""
+def check_trial(path: str, logs: Optional[dict] = None) -> dict:
+    """Check one trial directory; returns ``{"impls": {impl: {"totals": {...}, "rows": {kind: {...}}}}}``.
+    ``logs`` (impl -> ``(records, torn)``, as :func:`~lab.fenced.read_log` returns) stands in for the
+    register files of a trial whose resource is not the file register (:mod:`lab.txn_trial`)."""
     with open(os.path.join(path, "meta.json")) as f:
         meta = json.load(f)
     T = float(meta["session_timeout"])
@@ -134,11 +136,12 @@ def check_trial(path: str) -> dict:
 
     out = {"impls": {}, "faults": faults}
     for impl in meta["impls"]:
-        out["impls"][impl] = _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T)
+        out["impls"][impl] = _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T,
+                                         (logs or {}).get(impl))
     return out
 
 
-def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T) -> dict:
+def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T, given_log=None) -> dict:
     kinds = ["none"] + [k for k in meta["fault_kinds"]]
     rows = {k: {key: 0 for key in ROW_KEYS} for k in kinds}
     for r in rows.values():
@@ -192,7 +195,7 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
     totals["grants"] = len(holds)
 
     # -- the register's log ---------------------------------------------------------------------------------
-    log, torn = read_log(os.path.join(path, f"register-{impl}.jsonl"))
+    log, torn = given_log if given_log is not None else read_log(os.path.join(path, f"register-{impl}.jsonl"))
     totals["torn_records"] = torn
     ops_by_hold = defaultdict(list)
     for rec in log:

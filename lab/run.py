@@ -57,7 +57,7 @@ from typing import Callable, Optional
 from zkrecipes.testing import Ensemble, Partition, four_letter
 from zkrecipes.testing._proc import die_with_parent
 
-from . import cli_trial
+from . import aio_trial, cli_trial, semaphore_trial, txn_trial
 from .check import check_trial
 from .fenced import FencedRegister
 from .redis_server import RedisServer, redis_version
@@ -65,7 +65,12 @@ from .redis_server import RedisServer, redis_version
 FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "silent-partition",
                "pause", "holder-kill")
 HOLDER_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "holder-kill")
-TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",)}
+TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",),
+          "semaphore": semaphore_trial.IMPLS, "txn": txn_trial.IMPLS, "aio": ("aio-fair", "aio-sem", "aio-rw")}
+# trials with a module of their own (workers, optional prepare/finish hooks, checker); their short run
+# injects only SHORT_KINDS, aimed at their zkrecipes recipes in turn
+TRIAL_MODULES = {"semaphore": semaphore_trial, "txn": txn_trial, "aio": aio_trial}
+SHORT_KINDS = ("pause", "session-expiry")
 IMPL_NAMES = {
     "fair": "zkrecipes FairLock",
     "rw": "zkrecipes ReadWriteLock",
@@ -73,6 +78,13 @@ IMPL_NAMES = {
     "kazoo": "kazoo Lock",
     "redis": "Redis SET NX PX",
     "cli": cli_trial.NAME,
+    "sem": "zkrecipes Semaphore (3 leases)",
+    "kazoo-sem": "kazoo Semaphore (3 leases)",
+    "txn": "zkrecipes FairLock + transaction()",
+    "txn-control": "unfenced control (FairLock + plain set)",
+    "aio-fair": "zkrecipes aio.FairLock",
+    "aio-rw": "zkrecipes aio.ReadWriteLock",
+    "aio-sem": "zkrecipes aio.Semaphore (3 leases)",
 }
 TOKENS = {
     "fair": "czxid (lock.token)",
@@ -81,10 +93,18 @@ TOKENS = {
     "kazoo": "none (czxid needs an extra read)",
     "redis": "none (random value, not ordered)",
     "cli": "czxid (ZKRECIPES_TOKEN)",
+    "sem": "none presented (one number cannot fence N leases)",
+    "kazoo-sem": "none",
+    "txn": "the hold's node, checked in the multi",
+    "txn-control": "none (plain set)",
+    "aio-fair": "czxid (lock.token)",
+    "aio-rw": "czxid (lock.token)",
+    "aio-sem": "none presented (one number cannot fence N leases)",
 }
 ZK_IMPLS = ("fair", "rw", "election", "cli")
 HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
-BASELINES = ("kazoo", "redis")  # not zkrecipes recipes: reported as found, never fail the run
+# not zkrecipes recipes (or the unfenced control): reported as found, never fail the run
+BASELINES = ("kazoo", "redis", "kazoo-sem", "txn-control")
 REDIS_KEY = "chaos-lock"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: workers import lab
 
@@ -107,6 +127,7 @@ class Settings:
         self.settle = 1.0
         self.hold = (0.02, 0.15)
         self.trials = ("zk",)
+        self.faults: Optional[tuple] = None  # --faults: only these kinds
         self.long = False
         self.__dict__.update(kw)
 
@@ -154,7 +175,13 @@ class Trial:
         self.paths = {impl: f"{self.root}/{impl}" for impl in self.impls} if name != "redis" else {"redis": REDIS_KEY}
         self.registers = {impl: os.path.join(workdir, f"register-{impl}.jsonl") for impl in self.impls}
         self.stop_file = os.path.join(workdir, "STOP")
+        self.mod = TRIAL_MODULES.get(name)
         self.kinds = [k for k in FAULT_KINDS if not (name == "redis" and k == "follower-kill")]
+        if st.faults:
+            self.kinds = [k for k in self.kinds if k in st.faults]
+        self.quick = self.mod is not None and not st.long and not st.faults  # the short run of such a trial
+        if self.quick:
+            self.kinds = [k for k in self.kinds if k in SHORT_KINDS]
         self.slots = [Slot(i) for i in range(st.workers)]
         self.journal = Journal(os.path.join(workdir, "nemesis.jsonl"))
         self.mon = None
@@ -296,7 +323,7 @@ class Trial:
         """The nodes of ``impl``'s queue with owner session, pid and per-acquire guid (for stall reports)."""
         from kazoo.exceptions import KazooException
 
-        from zkrecipes import naming
+        from zkrecipes import LockError, naming
 
         path = self.paths[impl]
         out = []
@@ -309,7 +336,7 @@ class Trial:
                 d = naming.read_data(data)
                 out.append({"node": node.name, "owner": f"{stat.ephemeralOwner:x}", "pid": d.get("pid"),
                             "guid": d.get("guid"), "data": None if d else data.decode(errors="replace")})
-        except KazooException as exc:
+        except (KazooException, ValueError, LockError) as exc:  # a baseline's names may not parse
             return [{"error": repr(exc)}]
         return out
 
@@ -465,6 +492,9 @@ class Trial:
     def schedule(self) -> list:
         kinds = [k for k in self.kinds for _ in range(self.st.repeat)]
         self.rnd.shuffle(kinds)
+        if self.quick:  # each fault at a zkrecipes recipe in turn
+            mine = [i for i in self.impls if i not in BASELINES]
+            return [(k, mine[n % len(mine)]) for n, k in enumerate(kinds)]
         seen: dict = {}
         out = []
         for k in kinds:
@@ -491,6 +521,8 @@ class Trial:
 
                 self.mon = KazooClient(hosts=self.ens.hosts, timeout=10.0, connection_retry=dict(FAST_RECONNECT))
                 self.mon.start(timeout=30)
+            if self.mod is not None and hasattr(self.mod, "prepare"):
+                self.mod.prepare(self)
             for slot in self.slots:
                 self.start_worker(slot)
             self.wait_ready(self.slots)
@@ -525,6 +557,8 @@ class Trial:
                 _killpg(slot.proc, signal.SIGCONT)
                 _killpg(slot.proc, signal.SIGKILL)
                 slot.proc.wait(10)
+        if self.mod is not None and hasattr(self.mod, "finish"):
+            self.mod.finish(self)
         self.journal("orphans", nodes=self._orphans(T + 4.0))
 
     def _orphans(self, timeout: float) -> list:
@@ -641,7 +675,8 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
                     ens.close()
                 if redis_srv is not None:
                     redis_srv.close()
-            checked[name] = cli_trial.check(d) if name == "cli" else check_trial(d)
+            mod = cli_trial if name == "cli" else TRIAL_MODULES.get(name)
+            checked[name] = mod.check(d) if mod is not None else check_trial(d)
             say(f"trial {name}: checked")
         results = assemble(st, checked, skipped, envinfo, time.monotonic() - t_start)
     finally:
@@ -687,12 +722,12 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
                 failures.append(f"{IMPL_NAMES[impl]}: {key} = {t[key]}")
         if t.get("notices_got", 0) < t.get("notices_needed", 0):
             failures.append(f"{IMPL_NAMES[impl]}: missed notices = {t['notices_needed'] - t['notices_got']}")
-        if impl == "rw" and not t.get("readers_overlapped"):
+        if impl in ("rw", "aio-rw") and not t.get("readers_overlapped"):
             failures.append(f"{IMPL_NAMES[impl]}: readers never held the lock together")
     return {
         "command": _command(st),
         "seed": st.seed,
-        "mode": "long" if st.long else ("short" if st.trials == ("zk",) and st.repeat == 1 else "custom"),
+        "mode": "long" if st.long else ("short" if st.repeat == 1 and not st.faults else "custom"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": round(duration, 1),
         "workers": st.workers,
@@ -817,10 +852,12 @@ def _on_sigterm(signum, frame) -> None:
 
 def main(argv: Optional[list] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lab.run", description=__doc__.split("\n\n")[0])
-    p.add_argument("--long", action="store_true", help="every trial (zkrecipes, kazoo, redis), each fault 3 times")
+    p.add_argument("--long", action="store_true", help="every trial, each fault 3 times")
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
     p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")
-    p.add_argument("--trials", help="comma-separated subset of zk,kazoo,redis,cli (default: zk; --long: all)")
+    p.add_argument("--trials", help=f"comma-separated subset of {','.join(TRIALS)} (default: zk; --long: all)")
+    p.add_argument("--faults", help=f"comma-separated fault kinds, only these (default: all; the short run of "
+                                    f"{', '.join(TRIAL_MODULES)}: {', '.join(SHORT_KINDS)})")
     p.add_argument("--repeat", type=int, help="instances of each fault kind (default 1; --long: 3)")
     p.add_argument("--workers", type=int, default=8, help="worker processes per trial (default 8)")
     p.add_argument("--session-timeout", type=float, default=3.0, help="session timeout / lock lease, s (3)")
@@ -832,8 +869,13 @@ def main(argv: Optional[list] = None) -> int:
     for t in trials:
         if t not in TRIALS:
             p.error(f"unknown trial {t!r}; choose from {', '.join(TRIALS)}")
+    faults = tuple(args.faults.split(",")) if args.faults else None
+    for k in faults or ():
+        if k not in FAULT_KINDS:
+            p.error(f"unknown fault kind {k!r}; choose from {', '.join(FAULT_KINDS)}")
     st = Settings(
         seed=args.seed, workers=args.workers, session_timeout=args.session_timeout, long=args.long, trials=trials,
+        faults=faults,
         repeat=args.repeat or (3 if args.long else 1), settle=2.0 if args.long else 1.0,
         argv=list(sys.argv[1:] if argv is None else argv),
     )
