@@ -273,5 +273,6 @@ def check(path: str) -> dict:
     """Verdict of one ``semaphore`` trial directory, in :func:`lab.check.check_trial`'s shape."""
     res = check_trial(path)
     for impl, n in CAPACITY.items():
-        capacity(path, res, impl, n)
+        if impl in res["impls"]:
+            capacity(path, res, impl, n)
     return res
