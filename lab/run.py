@@ -20,18 +20,33 @@ faults and records them:
 ``pause``            SIGSTOP the current holder longer than the session timeout, then SIGCONT
 ``holder-kill``      SIGKILL the current holder and start a replacement worker
 
-Trials: ``zk`` (zkrecipes FairLock, ReadWriteLock and LeaderElection, three threads per worker on one
-session), ``kazoo`` (kazoo's ``Lock``) and ``redis`` (the classic ``SET NX PX`` lock; ZooKeeper server
-faults map to killing, or stopping, the single redis-server, and session expiry to expiring the holder's
-key server-side; there is no follower to kill), and ``cli`` (``zkrecipes lock`` commands whose children
-must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`).
-The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--long``
-runs every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts).
+Trials (``--trials``, comma-separated):
+
+``zk``         zkrecipes FairLock, ReadWriteLock and LeaderElection, three threads per worker on one session
+``kazoo``      kazoo's ``Lock`` (baseline)
+``redis``      the classic ``SET NX PX`` lock (baseline; ZooKeeper server faults map to killing, or stopping,
+               the single redis-server, and session expiry to expiring the holder's key server-side; there
+               is no follower to kill)
+``cli``        ``zkrecipes lock`` commands whose children must never run at once, under silent and closed
+               partitions of the holder's link (:mod:`lab.cli_trial`)
+``semaphore``  zkrecipes ``Semaphore`` and kazoo's (baseline), 3 leases; the checker counts holders inside
+               at once (:mod:`lab.semaphore_trial`)
+``txn``        a counter in a ZooKeeper node under a FairLock: half the workers write through
+               ``lock.transaction()``, the other half (the unfenced control, baseline) with a plain ``set``
+               (:mod:`lab.txn_trial`)
+``aio``        the asyncio FairLock, ReadWriteLock and Semaphore, several tasks per worker on one event loop
+               (:mod:`lab.aio_trial`)
+
+The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--trials
+semaphore,txn,aio`` without ``--long`` runs those with ``pause`` and ``session-expiry`` only, aimed at
+their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs every trial with each fault three
+times (the ``cli`` trial: 20 silent partitions and 5 cuts).
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
-status is 1 when zkrecipes had an accepted overlap, a lost increment, an orphan node or a hung worker.
+status is 1 when a zkrecipes entry (not a baseline: kazoo, Redis, the unfenced control) had an accepted
+overlap, a lost increment, a missed loss notice, an orphan node or a hung worker.
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 
