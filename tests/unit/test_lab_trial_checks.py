@@ -116,3 +116,22 @@ def test_txn_checker_counts_a_stale_plain_set_as_a_lost_increment(tmp_path):
 def test_txn_checker_a_refused_fenced_commit_costs_nothing(tmp_path):
     t = _txn(tmp_path, stale_write_ok=False)["totals"]
     assert (t["lost_increments"], t["accepted_overlaps"], t["ops_rejected"]) == (0, 0, 1)
+
+
+def test_the_unfenced_control_and_kazoos_semaphore_are_baselines():
+    from lab.run import Settings, assemble
+
+    def totals(**bad):
+        t = {"accepted_overlaps": 0, "lost_increments": 0, "orphans": 0, "hung": 0, "notices_needed": 1,
+             "notices_got": 1, "readers_overlapped": None, "findings": []}
+        return {"totals": {**t, **bad}, "rows": {}}
+
+    ok = assemble(Settings(), {"txn": {"impls": {"txn": totals(), "txn-control": totals(lost_increments=4)}},
+                               "semaphore": {"impls": {"sem": totals(),
+                                                       "kazoo-sem": totals(accepted_overlaps=2, notices_got=0)}}},
+                  {}, {}, 1.0)
+    assert ok["passed"] and ok["totals"]["txn-control"]["baseline"] and ok["totals"]["kazoo-sem"]["baseline"]
+    assert ok["totals"]["txn-control"]["lost_increments"] == 4  # reported as found
+    for impl in ("txn", "sem", "aio-sem"):
+        bad = assemble(Settings(), {"t": {"impls": {impl: totals(lost_increments=1)}}}, {}, {}, 1.0)
+        assert not bad["passed"] and not bad["totals"][impl]["baseline"], impl
