@@ -31,7 +31,8 @@ grants out of order
     and its grant.
 loss notices
     a hold needs one when its process was the target of a session expiry, partition (cut or silent) or pause while it
-    held, or its client saw the session expire while it held. The notice is the first ``suspended`` or
+    held (an expiry from the moment it was done: a hold released before that could not be told), or
+    its client saw the session expire while it held. The notice is the first ``suspended`` or
     ``lost`` listener call or ``check()`` failure during the hold; its delay is measured from the moment
     the holder could reach the lock service again (expiry done, link healed, process continued, or the
     client's own view of the expiry) and must be at most the session timeout plus 1 s.
@@ -54,6 +55,7 @@ from typing import Optional
 from .fenced import read_log
 
 TARGETED_SESSION_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "stall-repair")
+EXPIRIES = ("session-expiry", "stall-repair")  # the session ends at the fault's end, not at its start
 NOTICE_STATES = ("suspended", "lost")
 ROW_KEYS = (
     "faults",
@@ -311,8 +313,10 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
         refs = []
         cause_kind = None
         for f in faults:
+            # an expiry strikes when it is done (its end), the other faults when they begin
+            struck = f["end"] if f["kind"] in EXPIRIES else f["start"]
             if f["kind"] in TARGETED_SESSION_FAULTS and f.get("target_pid") == h["pid"] \
-                    and h["grant"] <= f["start"] <= h["end"]:
+                    and h["grant"] <= struck <= h["end"]:
                 refs.append(f["end"])
                 cause_kind = f["kind"]
         for t in zk_lost.get(h["pid"], []):

@@ -5,9 +5,12 @@ incremented under a zkrecipes :class:`~zkrecipes.FairLock`. The even worker slot
 (``txn``): ``check()``, read the counter, work for ``WINDOW`` (0.2-0.6 s), then write ``value + 1``
 through ``lock.transaction()``, which commits only while the hold lives. The odd slots are the *unfenced
 control* (``txn-control``): the same steps on a counter and lock of their own, but a plain ``set``. Neither
-half calls ``check()`` between its read and its write (the transaction is the fenced half's check): a
-holder paused, expired or cut off in that window writes anyway in the control -- kazoo sends a request
-queued while it reconnects in whatever session it then has -- and is refused in the fenced half.
+half calls ``check()`` between its read and its write (the transaction is the fenced half's check), and
+both send a write that ZooKeeper refused with ``SessionExpiredError`` (nothing applied) again, up to
+``RETRIES`` attempts in all, as kazoo's own ``client.retry`` does by default (``ignore_expire``). A
+holder paused, expired or cut off in that window thus writes anyway in the control, in its client's
+new session -- kazoo also sends a request queued while it reconnects in whatever session it then has --
+and is refused in the fenced half (``LockLost``: the hold went with the old session).
 
 Every read and write is recorded with the node version ZooKeeper returned; a set bumps the version by
 one, so the version orders the writes, and once the workers are gone the nemesis reads the counters
@@ -32,6 +35,7 @@ from .fenced import FencedRegister
 
 IMPLS = ("txn", "txn-control")
 WINDOW = (0.2, 0.6)  # seconds between a hold's read and its write, the same in both halves
+RETRIES = 3  # attempts at a write refused with SessionExpiredError (nothing applied), in both halves
 
 
 def counter_path(root: str, impl: str) -> str:
@@ -65,7 +69,7 @@ def finish(trial) -> None:
 # -- the worker side ---------------------------------------------------------------------------------------
 def run_worker(w) -> None:
     """A ``txn`` worker: the fenced half (even slots) or the unfenced control (odd slots)."""
-    from kazoo.exceptions import ConnectionLoss, KazooException
+    from kazoo.exceptions import ConnectionLoss, KazooException, SessionExpiredError
 
     from zkrecipes import FairLock, LockLost
 
@@ -109,12 +113,19 @@ def run_worker(w) -> None:
             probe.read(None, hold=req)  # for the nemesis: a holder between its read and its write
             time.sleep(rnd.uniform(*WINDOW))
             new = json.dumps({"value": value + 1, "hold": req}).encode()
-            if impl == "txn":
-                tx = lock.transaction()
-                tx.set_data(counter, new)
-                wstat = tx.commit()[-1]
-            else:
-                wstat = client.set(counter, new)
+            for attempt in range(1, RETRIES + 1):
+                try:
+                    if impl == "txn":
+                        tx = lock.transaction()
+                        tx.set_data(counter, new)
+                        wstat = tx.commit()[-1]
+                    else:
+                        wstat = client.set(counter, new)
+                    break
+                except SessionExpiredError as exc:  # applied nothing: again, as kazoo's retry does by default
+                    if attempt == RETRIES:
+                        raise
+                    w.rec("zwrite_retry", impl=impl, hold=req, attempt=attempt, error=f"{type(exc).__name__}")
             w.rec("zwrite", impl=impl, hold=req, ok=True, version=wstat.version, value=value + 1)
             probe.write(None, value + 1, hold=req)
             w.rec("done", impl=impl, hold=req)

@@ -135,3 +135,17 @@ def test_the_unfenced_control_and_kazoos_semaphore_are_baselines():
     for impl in ("txn", "sem", "aio-sem"):
         bad = assemble(Settings(), {"t": {"impls": {impl: totals(lost_increments=1)}}}, {}, {}, 1.0)
         assert not bad["passed"] and not bad["totals"][impl]["baseline"], impl
+
+
+def test_an_expiry_needs_a_notice_only_from_a_hold_it_struck(tmp_path):
+    """The nemesis journals a session expiry's start before it connects with the holder's session and its
+    end once the session is closed: a hold released in between was not struck and cannot be told."""
+    from lab.check import check_trial
+
+    for release_at, needed in ((1.05, 0), (1.3, 1)):
+        d = tmp_path / f"r{release_at}"
+        d.mkdir()
+        tr = Trial(d, ["fair"], faults=[("session-expiry", 1.0, 1.2, 1)])
+        tr.hold("fair", 1, "a", 0.9, release_at, seq=1)
+        t = check_trial(str(d))["impls"]["fair"]["totals"]
+        assert (t["notices_needed"], t["notices_got"]) == (needed, 0), release_at
