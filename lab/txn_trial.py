@@ -7,10 +7,11 @@ through ``lock.transaction()``, which commits only while the hold lives. The odd
 control* (``txn-control``): the same steps on a counter and lock of their own, but a plain ``set``. Neither
 half calls ``check()`` between its read and its write (the transaction is the fenced half's check), and
 both send a write that ZooKeeper refused with ``SessionExpiredError`` (nothing applied) again, up to
-``RETRIES`` attempts in all, as kazoo's own ``client.retry`` does by default (``ignore_expire``). A
-holder paused, expired or cut off in that window thus writes anyway in the control, in its client's
-new session -- kazoo also sends a request queued while it reconnects in whatever session it then has --
-and is refused in the fenced half (``LockLost``: the hold went with the old session).
+``RETRIES`` attempts in all with a doubling delay from ``RETRY_DELAY``, as kazoo's own ``client.retry``
+does by default (``ignore_expire``). A holder paused, expired or cut off in that window thus writes
+anyway in the control, in its client's new session -- kazoo also sends a request queued while it
+reconnects in whatever session it then has -- and is refused in the fenced half (``LockLost``: the hold
+went with the old session).
 
 Every read and write is recorded with the node version ZooKeeper returned; a set bumps the version by
 one, so the version orders the writes, and once the workers are gone the nemesis reads the counters
@@ -35,7 +36,8 @@ from .fenced import FencedRegister
 
 IMPLS = ("txn", "txn-control")
 WINDOW = (0.2, 0.6)  # seconds between a hold's read and its write, the same in both halves
-RETRIES = 3  # attempts at a write refused with SessionExpiredError (nothing applied), in both halves
+RETRIES = 4  # attempts at a write refused with SessionExpiredError (nothing applied), in both halves,
+RETRY_DELAY = 0.2  # s before the second, doubled before each further one
 
 
 def counter_path(root: str, impl: str) -> str:
@@ -126,6 +128,7 @@ def run_worker(w) -> None:
                     if attempt == RETRIES:
                         raise
                     w.rec("zwrite_retry", impl=impl, hold=req, attempt=attempt, error=f"{type(exc).__name__}")
+                    time.sleep(RETRY_DELAY * 2 ** (attempt - 1))  # kazoo's retry backs off too
             w.rec("zwrite", impl=impl, hold=req, ok=True, version=wstat.version, value=value + 1)
             probe.write(None, value + 1, hold=req)
             w.rec("done", impl=impl, hold=req)
