@@ -31,7 +31,8 @@ grants out of order
     and its grant.
 loss notices
     a hold needs one when its process was the target of a session expiry, partition (cut or silent) or pause while it
-    held, or its client saw the session expire while it held. The notice is the first ``suspended`` or
+    held (an expiry from the moment it was done: a hold released before that could not be told), or
+    its client saw the session expire while it held. The notice is the first ``suspended`` or
     ``lost`` listener call or ``check()`` failure during the hold; its delay is measured from the moment
     the holder could reach the lock service again (expiry done, link healed, process continued, or the
     client's own view of the expiry) and must be at most the session timeout plus 1 s.
@@ -54,6 +55,7 @@ from typing import Optional
 from .fenced import read_log
 
 TARGETED_SESSION_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "stall-repair")
+EXPIRIES = ("session-expiry", "stall-repair")  # the session ends at the fault's end, not at its start
 NOTICE_STATES = ("suspended", "lost")
 ROW_KEYS = (
     "faults",
@@ -101,8 +103,10 @@ class Windows:
         return any(start - margin <= b and a <= end for start, end, _ in self.items)
 
 
-def check_trial(path: str) -> dict:
-    """Check one trial directory; returns ``{"impls": {impl: {"totals": {...}, "rows": {kind: {...}}}}}``."""
+def check_trial(path: str, logs: Optional[dict] = None) -> dict:
+    """Check one trial directory; returns ``{"impls": {impl: {"totals": {...}, "rows": {kind: {...}}}}}``.
+    ``logs`` (impl -> ``(records, torn)``, as :func:`~lab.fenced.read_log` returns) stands in for the
+    register files of a trial whose resource is not the file register (:mod:`lab.txn_trial`)."""
     with open(os.path.join(path, "meta.json")) as f:
         meta = json.load(f)
     T = float(meta["session_timeout"])
@@ -134,11 +138,12 @@ def check_trial(path: str) -> dict:
 
     out = {"impls": {}, "faults": faults}
     for impl in meta["impls"]:
-        out["impls"][impl] = _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T)
+        out["impls"][impl] = _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T,
+                                         (logs or {}).get(impl))
     return out
 
 
-def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T) -> dict:
+def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T, given_log=None) -> dict:
     kinds = ["none"] + [k for k in meta["fault_kinds"]]
     rows = {k: {key: 0 for key in ROW_KEYS} for k in kinds}
     for r in rows.values():
@@ -192,7 +197,7 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
     totals["grants"] = len(holds)
 
     # -- the register's log ---------------------------------------------------------------------------------
-    log, torn = read_log(os.path.join(path, f"register-{impl}.jsonl"))
+    log, torn = given_log if given_log is not None else read_log(os.path.join(path, f"register-{impl}.jsonl"))
     totals["torn_records"] = torn
     ops_by_hold = defaultdict(list)
     for rec in log:
@@ -308,8 +313,10 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
         refs = []
         cause_kind = None
         for f in faults:
+            # an expiry strikes when it is done (its end), the other faults when they begin
+            struck = f["end"] if f["kind"] in EXPIRIES else f["start"]
             if f["kind"] in TARGETED_SESSION_FAULTS and f.get("target_pid") == h["pid"] \
-                    and h["grant"] <= f["start"] <= h["end"]:
+                    and h["grant"] <= struck <= h["end"]:
                 refs.append(f["end"])
                 cause_kind = f["kind"]
         for t in zk_lost.get(h["pid"], []):

@@ -20,23 +20,39 @@ faults and records them:
 ``pause``            SIGSTOP the current holder longer than the session timeout, then SIGCONT
 ``holder-kill``      SIGKILL the current holder and start a replacement worker
 
-Trials: ``zk`` (zkrecipes FairLock, ReadWriteLock and LeaderElection, three threads per worker on one
-session), ``kazoo`` (kazoo's ``Lock``) and ``redis`` (the classic ``SET NX PX`` lock; ZooKeeper server
-faults map to killing, or stopping, the single redis-server, and session expiry to expiring the holder's
-key server-side; there is no follower to kill), and ``cli`` (``zkrecipes lock`` commands whose children
-must never run at once, under silent and closed partitions of the holder's link: :mod:`lab.cli_trial`),
-``mixed-kazoo`` and ``mixed-curator`` (zkrecipes ``FairLock(protocol="kazoo"|"curator")`` beside kazoo's
-``Lock`` or Curator's ``InterProcessMutex`` in Java workers, on one path, every hold fenced and verified,
-plus a default-format fleet that must be refused beside kazoo: :mod:`lab.mixed_trial`).
-The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--long``
-runs every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts).
-Without ``--long``, the mixed trials inject one ``session-expiry`` and one ``pause``.
+Trials (``--trials``, comma-separated):
+
+``zk``         zkrecipes FairLock, ReadWriteLock and LeaderElection, three threads per worker on one session
+``kazoo``      kazoo's ``Lock`` (baseline)
+``redis``      the classic ``SET NX PX`` lock (baseline; ZooKeeper server faults map to killing, or stopping,
+               the single redis-server, and session expiry to expiring the holder's key server-side; there
+               is no follower to kill)
+``cli``        ``zkrecipes lock`` commands whose children must never run at once, under silent and closed
+               partitions of the holder's link (:mod:`lab.cli_trial`)
+``semaphore``  zkrecipes ``Semaphore`` and kazoo's (baseline), 3 leases; the checker counts holders inside
+               at once (:mod:`lab.semaphore_trial`)
+``txn``        a counter in a ZooKeeper node under a FairLock: half the workers write through
+               ``lock.transaction()``, the other half (the unfenced control, baseline) with a plain ``set``
+               (:mod:`lab.txn_trial`)
+``aio``        the asyncio FairLock, ReadWriteLock and Semaphore, several tasks per worker on one event loop
+               (:mod:`lab.aio_trial`)
+``mixed-kazoo``, ``mixed-curator``
+               zkrecipes ``FairLock(protocol="kazoo"|"curator")`` beside kazoo's ``Lock`` or Curator's
+               ``InterProcessMutex`` (Java workers, baselines) on one path, every hold fenced and verified,
+               plus a default-format fleet that must be refused beside kazoo (:mod:`lab.mixed_trial`)
+
+The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--trials
+semaphore,txn,aio`` without ``--long`` runs those with ``pause`` and ``session-expiry`` only, aimed at
+their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs every trial with each fault three
+times (the ``cli`` trial: 20 silent partitions and 5 cuts). Without ``--long``, the mixed trials inject
+one ``session-expiry`` and one ``pause``.
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
-status is 1 when zkrecipes had an accepted overlap, a lost increment, a missed notice, an orphan node or a
-hung worker, or failed a trial's own check (a mixed trial's valid overlaps or refusals).
+status is 1 when a zkrecipes entry (not a baseline: kazoo, Curator, Redis, the unfenced control) had an
+accepted overlap, a lost increment, a missed loss notice, an orphan node or a hung worker, or failed a
+trial's own check (a mixed trial's valid overlaps or refusals).
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 
@@ -62,7 +78,7 @@ from typing import Callable, Optional
 from zkrecipes.testing import Ensemble, Partition, four_letter
 from zkrecipes.testing._proc import die_with_parent
 
-from . import cli_trial
+from . import aio_trial, cli_trial, semaphore_trial, txn_trial
 from .check import check_trial
 from .fenced import FencedRegister
 from .redis_server import RedisServer, redis_version
@@ -71,7 +87,12 @@ FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", 
                "pause", "holder-kill")
 HOLDER_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "holder-kill")
 TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",),
-          "mixed-kazoo": ("mk-zk", "mk-kazoo"), "mixed-curator": ("mc-zk", "mc-curator")}
+          "mixed-kazoo": ("mk-zk", "mk-kazoo"), "mixed-curator": ("mc-zk", "mc-curator"),
+          "semaphore": semaphore_trial.IMPLS, "txn": txn_trial.IMPLS, "aio": ("aio-fair", "aio-sem", "aio-rw")}
+# trials with a module of their own (workers, optional prepare/finish hooks, checker); their short run
+# injects only SHORT_KINDS, aimed at their zkrecipes recipes in turn
+TRIAL_MODULES = {"semaphore": semaphore_trial, "txn": txn_trial, "aio": aio_trial}
+SHORT_KINDS = ("pause", "session-expiry")
 MIXED_TRIALS = ("mixed-kazoo", "mixed-curator")  # lab.mixed_trial
 IMPL_NAMES = {
     "fair": "zkrecipes FairLock",
@@ -85,6 +106,13 @@ IMPL_NAMES = {
     "mk-refusal": "zkrecipes FairLock (default format) beside kazoo Lock: refused",
     "mc-zk": "zkrecipes FairLock(protocol='curator') beside Curator InterProcessMutex",
     "mc-curator": "Curator InterProcessMutex beside FairLock(protocol='curator')",
+    "sem": "zkrecipes Semaphore (3 leases)",
+    "kazoo-sem": "kazoo Semaphore (3 leases)",
+    "txn": "zkrecipes FairLock + transaction()",
+    "txn-control": "unfenced control (FairLock + plain set)",
+    "aio-fair": "zkrecipes aio.FairLock",
+    "aio-rw": "zkrecipes aio.ReadWriteLock",
+    "aio-sem": "zkrecipes aio.Semaphore (3 leases)",
 }
 TOKENS = {
     "fair": "czxid (lock.token)",
@@ -98,10 +126,18 @@ TOKENS = {
     "mk-refusal": "none (never holds)",
     "mc-zk": "czxid (lock.token)",
     "mc-curator": "czxid (an extra exists read)",
+    "sem": "none presented (one number cannot fence N leases)",
+    "kazoo-sem": "none",
+    "txn": "the hold's node, checked in the multi",
+    "txn-control": "none (plain set)",
+    "aio-fair": "czxid (lock.token)",
+    "aio-rw": "czxid (lock.token)",
+    "aio-sem": "none presented (one number cannot fence N leases)",
 }
 ZK_IMPLS = ("fair", "rw", "election", "cli")
 HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
-BASELINES = ("kazoo", "redis", "mk-kazoo", "mc-curator")  # not zkrecipes recipes: reported as found, never fail
+# not zkrecipes recipes (or the unfenced control): reported as found, never fail the run
+BASELINES = ("kazoo", "redis", "mk-kazoo", "mc-curator", "kazoo-sem", "txn-control")
 REDIS_KEY = "chaos-lock"
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository: workers import lab
 
@@ -124,6 +160,7 @@ class Settings:
         self.settle = 1.0
         self.hold = (0.02, 0.15)
         self.trials = ("zk",)
+        self.faults: Optional[tuple] = None  # --faults: only these kinds
         self.long = False
         self.__dict__.update(kw)
 
@@ -171,7 +208,13 @@ class Trial:
         self.paths = {impl: f"{self.root}/{impl}" for impl in self.impls} if name != "redis" else {"redis": REDIS_KEY}
         self.registers = {impl: os.path.join(workdir, f"register-{impl}.jsonl") for impl in self.impls}
         self.stop_file = os.path.join(workdir, "STOP")
+        self.mod = TRIAL_MODULES.get(name)
         self.kinds = [k for k in FAULT_KINDS if not (name == "redis" and k == "follower-kill")]
+        if st.faults:
+            self.kinds = [k for k in self.kinds if k in st.faults]
+        self.quick = self.mod is not None and not st.long and not st.faults  # the short run of such a trial
+        if self.quick:
+            self.kinds = [k for k in self.kinds if k in SHORT_KINDS]
         self.slots = [Slot(i) for i in range(st.workers)]
         self.journal = Journal(os.path.join(workdir, "nemesis.jsonl"))
         self.mon = None
@@ -322,7 +365,7 @@ class Trial:
         """The nodes of ``impl``'s queue with owner session, pid and per-acquire guid (for stall reports)."""
         from kazoo.exceptions import KazooException
 
-        from zkrecipes import naming
+        from zkrecipes import LockError, naming
 
         path = self.paths[impl]
         out = []
@@ -335,7 +378,7 @@ class Trial:
                 d = naming.read_data(data)
                 out.append({"node": node.name, "owner": f"{stat.ephemeralOwner:x}", "pid": d.get("pid"),
                             "guid": d.get("guid"), "data": None if d else data.decode(errors="replace")})
-        except KazooException as exc:
+        except (KazooException, ValueError, LockError) as exc:  # a baseline's names may not parse
             return [{"error": repr(exc)}]
         return out
 
@@ -491,6 +534,9 @@ class Trial:
     def schedule(self) -> list:
         kinds = [k for k in self.kinds for _ in range(self.st.repeat)]
         self.rnd.shuffle(kinds)
+        if self.quick:  # each fault at a zkrecipes recipe in turn
+            mine = [i for i in self.impls if i not in BASELINES]
+            return [(k, mine[n % len(mine)]) for n, k in enumerate(kinds)]
         seen: dict = {}
         out = []
         for k in kinds:
@@ -517,6 +563,8 @@ class Trial:
 
                 self.mon = KazooClient(hosts=self.ens.hosts, timeout=10.0, connection_retry=dict(FAST_RECONNECT))
                 self.mon.start(timeout=30)
+            if self.mod is not None and hasattr(self.mod, "prepare"):
+                self.mod.prepare(self)
             for slot in self.slots:
                 self.start_worker(slot)
             self.wait_ready(self.slots)
@@ -551,6 +599,8 @@ class Trial:
                 _killpg(slot.proc, signal.SIGCONT)
                 _killpg(slot.proc, signal.SIGKILL)
                 slot.proc.wait(10)
+        if self.mod is not None and hasattr(self.mod, "finish"):
+            self.mod.finish(self)
         self.journal("orphans", nodes=self._orphans(T + 4.0))
 
     def _orphans(self, timeout: float) -> list:
@@ -679,7 +729,8 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
                     ens.close()
                 if redis_srv is not None:
                     redis_srv.close()
-            checked[name] = cli_trial.check(d) if name == "cli" else \
+            mod = cli_trial if name == "cli" else TRIAL_MODULES.get(name)
+            checked[name] = mod.check(d) if mod is not None else \
                 mixed_trial().check(d) if name in MIXED_TRIALS else check_trial(d)
             say(f"trial {name}: checked")
         results = assemble(st, checked, skipped, envinfo, time.monotonic() - t_start)
@@ -728,12 +779,12 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
         if t.get("notices_got", 0) < t.get("notices_needed", 0):
             failures.append(f"{IMPL_NAMES[impl]}: missed notices = {t['notices_needed'] - t['notices_got']}")
         failures += [f"{IMPL_NAMES[impl]}: {m}" for m in t.get("failed_checks", [])]  # a trial's own checks
-        if impl == "rw" and not t.get("readers_overlapped"):
+        if impl in ("rw", "aio-rw") and not t.get("readers_overlapped"):
             failures.append(f"{IMPL_NAMES[impl]}: readers never held the lock together")
     return {
         "command": _command(st),
         "seed": st.seed,
-        "mode": "long" if st.long else ("short" if st.trials == ("zk",) and st.repeat == 1 else "custom"),
+        "mode": "long" if st.long else ("short" if st.repeat == 1 and not st.faults else "custom"),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "duration_s": round(duration, 1),
         "workers": st.workers,
@@ -865,7 +916,9 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--long", action="store_true", help="every trial, each fault 3 times")
     p.add_argument("--seed", type=int, default=1, help="seed of the fault schedule and the workers (default 1)")
     p.add_argument("--out", default="safety-results", help="directory for results.json/.md/.inc")
-    p.add_argument("--trials", help="comma-separated subset of " + ",".join(TRIALS) + " (default: zk; --long: all)")
+    p.add_argument("--trials", help=f"comma-separated subset of {','.join(TRIALS)} (default: zk; --long: all)")
+    p.add_argument("--faults", help=f"comma-separated fault kinds, only these (default: all; the short run of "
+                                    f"{', '.join(TRIAL_MODULES)}: {', '.join(SHORT_KINDS)})")
     p.add_argument("--repeat", type=int, help="instances of each fault kind (default 1; --long: 3)")
     p.add_argument("--workers", type=int, default=8, help="worker processes per trial (default 8)")
     p.add_argument("--session-timeout", type=float, default=3.0, help="session timeout / lock lease, s (3)")
@@ -877,8 +930,13 @@ def main(argv: Optional[list] = None) -> int:
     for t in trials:
         if t not in TRIALS:
             p.error(f"unknown trial {t!r}; choose from {', '.join(TRIALS)}")
+    faults = tuple(args.faults.split(",")) if args.faults else None
+    for k in faults or ():
+        if k not in FAULT_KINDS:
+            p.error(f"unknown fault kind {k!r}; choose from {', '.join(FAULT_KINDS)}")
     st = Settings(
         seed=args.seed, workers=args.workers, session_timeout=args.session_timeout, long=args.long, trials=trials,
+        faults=faults,
         repeat=args.repeat or (3 if args.long else 1), settle=2.0 if args.long else 1.0,
         argv=list(sys.argv[1:] if argv is None else argv),
     )

@@ -14,6 +14,8 @@ Implementations (``impl`` in the config):
 - ``kazoo``: kazoo's own ``Lock``. It has no fencing token (the node's czxid would take an extra read)
   and never tells a holder its session ended; ``is_acquired`` is checked before each operation (it is
   all kazoo offers) and the register is used unfenced.
+- ``semaphore``, ``txn``, ``aio``: see :mod:`lab.semaphore_trial`, :mod:`lab.txn_trial` and
+  :mod:`lab.aio_trial` (``run_worker(worker)``, with this class's recorder, client and stop handling).
 - ``redis``: the classic single-instance Redis lock: ``SET key token NX PX ttl`` polled every 1 ms,
   released with a Lua compare-and-delete. Its random token is not ordered, so the register is unfenced.
 
@@ -24,6 +26,7 @@ deadline ``stop_at``; before exiting it records which lock nodes its session sti
 from __future__ import annotations
 
 import faulthandler
+import importlib
 import json
 import os
 import random
@@ -40,6 +43,7 @@ FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0
 RW_WRITE_SHARE = 0.25
 FENCED = ("fair", "rw", "election")  # implementations whose register operations must carry a token
 MIXED_IMPLS = ("mk-zk", "mk-kazoo", "mk-refusal", "mc-zk", "mc-curator")  # lab.mixed_worker's loops
+TRIAL_MODULES = {"semaphore": "lab.semaphore_trial", "txn": "lab.txn_trial", "aio": "lab.aio_trial"}
 REDIS_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
@@ -119,6 +123,8 @@ class Worker:
                 from . import mixed_worker
 
                 mixed_worker.run(self)
+            elif self.cfg["impl"] in TRIAL_MODULES:  # trials whose workers live in modules of their own
+                importlib.import_module(TRIAL_MODULES[self.cfg["impl"]]).run_worker(self)
             else:
                 raise ValueError(f"unknown impl {self.cfg['impl']!r}")
         except BaseException as exc:

@@ -119,6 +119,67 @@ def test_cli_trial_never_runs_two_commands_at_once(tmp_path):
     assert res["passed"] and proc.returncode == 0, where
 
 
+# the trials with modules of their own (issue 26): their short run injects pause and session-expiry, each
+# aimed at a holder of one of the trial's zkrecipes recipes in turn
+NEW_TRIALS = {"semaphore": ("sem",), "txn": ("txn",), "aio": ("aio-fair", "aio-sem", "aio-rw")}
+NEW_DEADLINE = 120.0  # seconds; each takes about 15-20 s on two CPUs
+
+
+@pytest.mark.parametrize("trial", sorted(NEW_TRIALS))
+def test_short_run_of_new_trials(tmp_path, trial):
+    """``python -m lab.run --trials semaphore|txn|aio``: the zkrecipes entries show no accepted overlap (for
+    the semaphore: never more than 3 holders inside at once), no lost increment, every loss notice, no
+    orphan and no hung worker; baselines (kazoo's Semaphore, the unfenced control) are only reported."""
+    try:
+        find_classpath()
+    except ZooKeeperNotFound as exc:
+        if os.environ.get("ZK_HOSTS"):
+            pytest.skip(f"the safety lab starts and kills its own servers: {exc}")
+        pytest.fail(str(exc), pytrace=False)
+    out = tmp_path / trial
+    cmd = [sys.executable, "-m", "lab.run", "--trials", trial, "--seed", "1", "--out", str(out), "--keep-history"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            cwd=ROOT)
+    try:
+        _, stderr = proc.communicate(timeout=NEW_DEADLINE)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, stderr = proc.communicate()
+        pytest.fail(f"the {trial} trial did not finish within {NEW_DEADLINE:g} s\n{stderr[-3000:]}")
+    results = out / "results.json"
+    assert results.exists(), f"no results (exit {proc.returncode})\n{stderr[-3000:]}"
+    res = json.loads(results.read_text())
+    mine = NEW_TRIALS[trial]
+    where = f"histories in {out / 'history'}\n" + "\n".join(
+        f"{res['totals'][i]['name']}: {res['totals'][i]['findings'][:8]}" for i in mine) + f"\n{stderr[-2000:]}"
+
+    # the run did what it claims: both faults injected, holders hit and told, the locks kept moving
+    rows = {(r["impl"], r["fault"]): r for r in res["rows"]}
+    for kind in ("pause", "session-expiry"):
+        assert rows[(mine[0], kind)]["faults"] == 1, f"fault {kind} was not injected\n{where}"
+    # (a hit needs the holder still holding when the fault lands; holds can be 20 ms: one hit of two is enough)
+    assert sum(rows[(i, k)]["hits"] for i in mine for k in ("pause", "session-expiry")) >= 1, where
+    assert sum(res["totals"][i]["notices_needed"] for i in mine) >= 1, where
+    for impl in mine:
+        t = res["totals"][impl]
+        assert not t["baseline"] and t["grants"] >= 10, f"{t['name']}: only {t['grants']} grants\n{where}"
+        assert not t["crashes"], f"{t['name']}: worker crashed: {t['crashes']}\n{where}"
+    if trial == "aio":
+        assert res["totals"]["aio-rw"]["readers_overlapped"], f"readers never held together\n{where}"
+    if trial == "txn":
+        t = res["totals"]["txn"]
+        assert t["counter"]["value"] == t["accepted_writes"] == t["counter"]["version"] > 0, where
+        assert res["totals"]["txn-control"]["baseline"], where
+
+    # the verdict
+    for impl in mine:
+        t = res["totals"][impl]
+        for key in ("accepted_overlaps", "lost_increments", "orphans", "hung"):
+            assert t[key] == 0, f"{t['name']}: {key} = {t[key]}\n{where}"
+        assert t["notices_got"] == t["notices_needed"], f"{t['name']}: a loss notice was missed\n{where}"
+    assert res["passed"] and proc.returncode == 0, f"{res['failures']} (exit {proc.returncode})\n{where}"
+
+
 @pytest.mark.parametrize("trial,zk_side,foreign", [("mixed-kazoo", "mk-zk", "mk-kazoo"),
                                                    ("mixed-curator", "mc-zk", "mc-curator")])
 def test_mixed_fleet_trial_never_has_two_valid_holders(tmp_path, trial, zk_side, foreign):
