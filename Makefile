@@ -26,6 +26,7 @@ $(OLDEST_KAZOO_DIR):
 test: setup $(OLDEST_KAZOO_DIR)
 	$(PY) -m ruff check zkrecipes tests bench lab
 	$(PY) -m mypy --strict zkrecipes  # the whole installed package (the lab lives outside it, in lab/)
+	$(PY) -m mypy --strict tests/typing_check.py  # a misspelt constructor keyword is a type error (both fronts)
 	$(PY) -m pytest -p no:cacheprovider -q tests/unit
 	ZKRECIPES_EXPECT_KAZOO=$(KAZOO_OLDEST) PYTHONPATH=$(OLDEST_KAZOO_DIR) \
 		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py

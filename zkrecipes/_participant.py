@@ -15,6 +15,7 @@ from . import _drive, _kazoo, naming, protocols
 from . import retry as _retry  # the keyword argument is called retry
 from ._gate import in_doubt
 from ._protocol import Entry, owns
+from ._signature import NamedInit
 from .errors import LockLost
 from .naming import Contender
 from .session import LOST, Hold, SessionWatcher
@@ -27,7 +28,7 @@ log = logging.getLogger("zkrecipes.lock")
 Listener = Callable[[Any, str], None]
 
 
-class Participant:
+class Participant(NamedInit):
     """Validates the shared constructor arguments (before any ZooKeeper call) and follows its holds."""
 
     _format = "lock"  # the recipe family of its node format (:mod:`zkrecipes.protocols`)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
+import tenacity
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
-from . import _gate, _protocol, naming
+from . import _gate, _protocol, naming, protocols
 from ._gate import Gate
 from ._lock import IDLE, WAITING, Lock, LockState
 from ._protocol import Blockers, Entry, Proto
@@ -55,10 +57,21 @@ class Semaphore(Lock):
     _kind = naming.LEASE
 
     def __init__(
-        self, client: KazooClient, path: str, max_leases: int, identifier: Optional[str] = None, **kwargs: Any
+        self,
+        client: KazooClient,
+        path: str,
+        max_leases: int,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
     ) -> None:
         self.max_leases = naming.validate_max_leases(max_leases)
-        super().__init__(client, path, identifier, **kwargs)
+        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
+                         tolerate_suspended=tolerate_suspended, protocol=protocol)
         _declare(self)
 
     def _setup(self) -> None:
