@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from typing import Dict, List, Optional, Sequence
@@ -10,7 +11,7 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import _gate, _protocol, naming, protocols
+from . import _gate, _protocol, _reaper, naming, protocols
 from ._gate import Gate
 from ._lock import IDLE, WAITING, Lock, LockState
 from ._protocol import Blockers, Entry, Proto
@@ -84,8 +85,12 @@ class Semaphore(Lock):
         """The calling thread's gate: its own lease on ``path`` (shared by its Semaphore objects)."""
         g: Optional[Gate] = getattr(self._local, "gate", None)
         if g is None:
-            g = self._local.gate = _gate.gate(self.client, self.path, f"lease-{threading.get_ident()}")
+            g = self._local.gate = _gate.gate(self.client, self.path, f"lease-{_thread_number()}")
         return g
+
+    def _reap(self) -> None:
+        """A thread's lease is on a gate of its own: look at every thread that holds something."""
+        _reaper.reap_ended()
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Blockers:
         for node in ahead:
@@ -128,6 +133,18 @@ class Semaphore(Lock):
 
     def __repr__(self) -> str:
         return f"<Semaphore {self.path!r} max_leases={self.max_leases} state={self.state}>"
+
+
+_threads = threading.local()
+_numbers = itertools.count(1)
+
+
+def _thread_number() -> int:
+    """A number for the calling thread's lease gates: unlike its ident, never reused by a later thread."""
+    n: Optional[int] = getattr(_threads, "number", None)
+    if n is None:
+        n = _threads.number = next(_numbers)  # itertools.count: atomic under the GIL
+    return n
 
 
 # this process's live Semaphore objects, by client and path: they must agree on max_leases
