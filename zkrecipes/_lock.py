@@ -81,6 +81,7 @@ class Lock(HeldView, Participant):
 
     _kind = naming.WRITE
     _family = "queue"
+    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
 
     def _setup(self) -> None:
         self._gate: Gate = _gate.gate(self.client, self.path, self._family)
@@ -93,7 +94,7 @@ class Lock(HeldView, Participant):
     def _protocol(self) -> Proto[Entry]:
         proto = self._proto
         prefix, data, guid = proto.node(self.host, self._kind, self.identifier)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto, seen=self._seen)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -286,6 +287,13 @@ class Lock(HeldView, Participant):
 def declared(lock: Lock) -> Tuple[str, str]:
     """``lock``'s recipe declarations: its node kind and its gate family."""
     return lock._kind, lock._family
+
+
+def on_ahead(lock: Lock, fn: Optional[Callable[[int], None]]) -> None:
+    """Call ``fn(n)`` on the acquiring thread with how many nodes are ahead of ours each time an acquire of
+    ``lock`` is about to wait: from the lock's own listings, no request or watch of its own (the CLI's
+    ``--progress``)."""
+    lock._seen = fn
 
 
 def acquire_protocol(lock: Lock) -> Proto[Entry]:

@@ -106,7 +106,7 @@ class Semaphore(Lock):
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take a lease; True once held. As :meth:`FairLock.acquire <zkrecipes.FairLock.acquire>`:
