@@ -60,8 +60,8 @@ def test_the_reaper_releases_a_hold_whose_thread_ended(zk, caplog, recipe):
         wait_until(lambda: _warned(caplog, path, "forgetful-worker"), 5, "a warning naming path and thread")
     assert took < _reaper.TICK + 3.0, took  # about a second (one reaper tick)
     other = RECIPES[recipe](zk, path)
-    assert other.acquire(blocking=False)  # nobody is blocked by the forgotten hold
-    other.release()
+    assert other.acquire(timeout=10)  # nobody is blocked by the forgotten hold (the reaper may still be
+    other.release()  # finishing its release in this process: a non-blocking try could miss that moment)
 
 
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
