@@ -26,10 +26,12 @@ $(OLDEST_KAZOO_DIR):
 test: setup $(OLDEST_KAZOO_DIR)
 	$(PY) -m ruff check zkrecipes tests bench lab
 	$(PY) -m mypy --strict zkrecipes  # the whole installed package (the lab lives outside it, in lab/)
+	$(PY) -m mypy --strict tests/typing_check.py  # a misspelt constructor keyword is a type error (both fronts)
 	$(PY) -m pytest -p no:cacheprovider -q tests/unit
 	ZKRECIPES_EXPECT_KAZOO=$(KAZOO_OLDEST) PYTHONPATH=$(OLDEST_KAZOO_DIR) \
 		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
+	@bash scripts/test-pythons.sh  # unit tier + asyncio/lock/ownership cut on every other Python 3.10-3.13 found (pyenv)
 	$(MAKE) --no-print-directory docs
 
 # the suite against docker/docker-compose.yml's 3 containers (installs Docker, starts and stops its own engine)

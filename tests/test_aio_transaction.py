@@ -162,3 +162,22 @@ def test_the_loop_keeps_running_while_a_commit_waits_for_its_reply(zk):
         assert zk.exists("/nb") is not None
 
     run(body)
+
+
+def test_a_transaction_too_big_for_the_server_is_refused_before_sending_aio(zk):
+    zk.create("/abig/config", b"", makepath=True)
+    session = zk.client_id[0]
+
+    async def body() -> None:
+        lock = aio.FairLock(zk, "/abig/lock")
+        async with lock:
+            tx = lock.transaction()
+            tx.set_data("/abig/config", b"x" * 1_100_000)
+            with pytest.raises(ValueError, match="ZooKeeper refuses requests over 1048575 bytes"):
+                await tx.commit()
+            async with lock.transaction() as small:
+                small.set_data("/abig/config", b"ok")
+            await lock.check()
+
+    run(body)
+    assert zk.get("/abig/config")[0] == b"ok" and zk.client_id[0] == session

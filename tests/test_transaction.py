@@ -153,3 +153,39 @@ def test_the_commit_is_refused_after_release_and_without_a_hold(zk, zk_factory):
     with pytest.raises(TypeError, match="commit"):
         with lock:
             lock.transaction().commit_async()
+
+
+def test_a_transaction_too_big_for_the_server_is_refused_before_sending(zk):
+    # A multi longer than ZooKeeper's packet limit (jute.maxbuffer, 1 MB by default) makes the server drop
+    # the connection; kazoo would reconnect and every hold on the client would be suspended meanwhile.
+    from zkrecipes._fence import JUTE_MAXBUFFER, MAX_REQUEST_BYTES
+
+    zk.create("/big/config", b"", makepath=True)
+    kazoo_states: list = []
+    zk.add_listener(kazoo_states.append)
+    session = zk.client_id[0]
+    lock = FairLock(zk, "/big/lock")
+    log = StateLog(lock)
+    with lock:
+        tx = lock.transaction()
+        tx.set_data("/big/config", b"x" * 1_100_000)
+        with pytest.raises(ValueError) as info:
+            tx.commit()
+        msg = str(info.value)
+        assert "/big/lock" in msg and str(JUTE_MAXBUFFER) in msg and str(MAX_REQUEST_BYTES) in msg
+        assert any(str(n) in msg for n in range(1_100_000, 1_100_200)), msg  # the size, near the value's
+
+        tx = lock.transaction()  # many small operations that add up past the limit
+        for i in range(1500):
+            tx.create(f"/big/n{i}", b"y" * 700)
+        with pytest.raises(ValueError, match=r"\(1500 operations\)"):
+            tx.commit()
+        assert sorted(zk.get_children("/big")) == ["config", "lock"]  # nothing applied
+
+        tx = lock.transaction()  # just under the limit: sent, and applied
+        tx.set_data("/big/config", b"z" * 1_000_000)
+        assert tx.commit() == [zk.exists("/big/config")]
+        lock.check()
+    assert zk.get("/big/config")[0] == b"z" * 1_000_000
+    assert zk.connected and zk.client_id[0] == session and kazoo_states == []  # never dropped
+    assert "suspended" not in log.states and "lost" not in log.states

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, List, NoReturn
+from typing import TYPE_CHECKING, Any, Iterable, List, NoReturn
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import ConnectionClosedError, RolledBackError, RuntimeInconsistency, SessionExpiredError
@@ -36,8 +36,10 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
             raise LockLost(f"{self._where}: released before the transaction was committed")
 
     def _send(self) -> AsyncResult:
-        """Send the multi, fence first, once the hold was checked (see :func:`zkrecipes._kazoo.commit_fenced`)."""
+        """Send the multi, fence first, once the hold was checked (see :func:`zkrecipes._kazoo.commit_fenced`).
+        A multi the server would refuse for its size raises ValueError, nothing sent (see :func:`check_size`)."""
         self._check_tx_state()
+        check_size(self._where, self.operations, self._hold.node)
         self.committed = True
         return _kazoo.commit_fenced(self.client, self.operations, self._hold.session, self._hold.node)
 
@@ -69,3 +71,44 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
 
 
 _UNDONE = (RolledBackError, RuntimeInconsistency)  # what a multi's operations read beside the one that failed
+
+
+# ZooKeeper's packet limit: a server drops the connection of a client that sends a request longer than
+# jute.maxbuffer (default 0xfffff bytes), and kazoo reconnects and sends it again -- a reconnect loop that
+# suspends every hold on the client. We refuse before sending, a little under the default.
+JUTE_MAXBUFFER = 0xFFFFF
+MAX_REQUEST_BYTES = JUTE_MAXBUFFER - 4096  # headroom: headers, and a server's own accounting
+
+
+def _field_size(value: Any) -> int:
+    """Bytes one field of a request takes on the wire (jute: length-prefixed strings and buffers, ints)."""
+    if isinstance(value, (bytes, bytearray)):
+        return 4 + len(value)
+    if isinstance(value, str):
+        return 4 + len(value.encode("utf-8", "surrogatepass"))
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):  # a list of ACLs
+        return 4 + sum(_field_size(v) for v in value)
+    if hasattr(value, "_fields"):  # an ACL or its Id: a record of fields
+        return sum(_field_size(getattr(value, f)) for f in value._fields)
+    return 8 if isinstance(value, int) and not -(2**31) <= value < 2**31 else 4  # int, bool, None: an int
+
+
+def request_size(operations: Iterable[Any], fence_node: str) -> int:
+    """An upper-bound estimate of a fenced multi's size on the wire: every operation's fields, a header
+    per operation, the fence (a check of ``fence_node``) and the request and packet headers."""
+    ops = list(operations)
+    body = sum(9 + sum(_field_size(getattr(op, f)) for f in op._fields) for op in ops)
+    fence = 9 + _field_size(fence_node) + 4
+    return 4 + 8 + body + fence + 9
+
+
+def check_size(where: str, operations: Iterable[Any], fence_node: str) -> None:
+    """Raise ValueError naming the size and the limit if ZooKeeper would refuse this multi for its size."""
+    ops = list(operations)
+    size = request_size(ops, fence_node)
+    if size > MAX_REQUEST_BYTES:
+        raise ValueError(
+            f"{where}: the transaction is {size} bytes ({len(ops)} operations); ZooKeeper refuses requests "
+            f"over {JUTE_MAXBUFFER} bytes (jute.maxbuffer), and zkrecipes sends at most {MAX_REQUEST_BYTES}: "
+            "nothing sent"
+        )

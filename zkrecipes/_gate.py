@@ -30,7 +30,7 @@ from .errors import LockError, LockLost
 from .naming import READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
 
-Owner = Hashable  # a thread ident, or an asyncio task
+Owner = Hashable  # a threading.Thread (never an ident: a new thread may reuse one), or an asyncio task
 
 
 def in_doubt(hold: Any, tolerate_suspended: bool) -> Optional[str]:
@@ -179,6 +179,35 @@ class Gate:
             hold, objects = self.hold, list(self.objects)
             self.hold, self.mode, self.objects, self.busy = None, None, set(), True
             return Left(True, hold, objects, [])
+
+    def drop(self, me: Owner) -> Optional[Left]:
+        """Forget every level ``me`` holds, both sides (its owner ended: nobody can release them now);
+        None if it holds nothing. As :meth:`leave`: a ``last`` result leaves the gate busy until
+        :meth:`released`."""
+        with self.mutex:
+            if me not in self.counts:
+                return None
+            del self.counts[me]
+            if self.writer == me:
+                self.writer = None
+            if me in self.line:
+                self.line.remove(me)
+            if self.counts:
+                downgraded: List[Any] = []
+                if self.writer is None and self.mode == WRITE:
+                    self.mode = READ
+                    downgraded = [o for o in self.objects if getattr(o, "_kind", None) == WRITE]
+                    self.objects.difference_update(downgraded)
+                self.changed()
+                return Left(False, self.hold, [], downgraded)
+            hold, objects = self.hold, list(self.objects)
+            self.hold, self.mode, self.objects, self.busy = None, None, set(), True
+            return Left(True, hold, objects, [])
+
+    def ended_threads(self) -> List[threading.Thread]:
+        """Owners that are threads which have ended while holding here."""
+        with self.mutex:
+            return [o for o in self.counts if isinstance(o, threading.Thread) and not o.is_alive()]
 
     def released(self) -> None:
         """The final release's ZooKeeper part is over."""

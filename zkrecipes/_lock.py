@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Callable, Iterator, List, Literal, Optional, Set, Tuple
 
-from . import _gate, _kazoo, _protocol, naming
+from . import _gate, _kazoo, _protocol, _reaper, naming
 from ._drive import Driver
 from ._gate import Entered, Gate
 from ._participant import Participant
@@ -81,6 +81,7 @@ class Lock(HeldView, Participant):
 
     _kind = naming.WRITE
     _family = "queue"
+    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
 
     def _setup(self) -> None:
         self._gate: Gate = _gate.gate(self.client, self.path, self._family)
@@ -93,7 +94,7 @@ class Lock(HeldView, Participant):
     def _protocol(self) -> Proto[Entry]:
         proto = self._proto
         prefix, data, guid = proto.node(self.host, self._kind, self.identifier)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto, seen=self._seen)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -116,7 +117,8 @@ class Lock(HeldView, Participant):
         if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")
             blocking, timeout = False, None
         deadline = None if timeout is None else time.monotonic() + timeout
-        me = threading.get_ident()
+        me = threading.current_thread()
+        self._reap()
         if self._cancel.is_set():  # Event.clear() takes a lock: only when there is something to clear
             self._cancel.clear()
         mine = self._gate.owned(me)
@@ -128,16 +130,22 @@ class Lock(HeldView, Participant):
             me, self._kind, blocking, deadline, self._cancel.is_set, _joinable, self.tolerate_suspended
         )
         if entered is Entered.HAVE:
+            if mine is None:  # a new owner joined the read hold of other threads
+                _reaper.track(me, self._gate)
             self._attach(self._gate.hold)
             return True
         if entered is None:
             return False
         return self._acquire_zk(me, blocking, deadline)
 
+    def _reap(self) -> None:
+        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
+        _reaper.reap(self._gate)
+
     def _look_for_writers(self, deadline: Optional[float]) -> None:
         """Before a thread joins this process's read hold: one listing per hold (see
         :meth:`Gate.look_behind <zkrecipes._gate.Gate.look_behind>`)."""
-        hold = self._gate.unchecked_read_hold(threading.get_ident())
+        hold = self._gate.unchecked_read_hold(threading.current_thread())
         if hold is None:
             return
         limit = _kazoo.session_timeout(self.client)
@@ -149,7 +157,7 @@ class Lock(HeldView, Participant):
             return  # not known: the hold's own state decides (a suspended hold is not joined)
         self._gate.look_behind(hold, self._proto.parse(hold.node.rsplit("/", 1)[1]), self._proto.sort(names))
 
-    def _acquire_zk(self, me: int, blocking: bool, deadline: Optional[float]) -> bool:
+    def _acquire_zk(self, me: threading.Thread, blocking: bool, deadline: Optional[float]) -> bool:
         if self.lost.is_set():
             self.lost.clear()
         self._set_state(WAITING)
@@ -169,6 +177,7 @@ class Lock(HeldView, Participant):
                 self._set_state(IDLE)
         if hold is None:
             return False
+        _reaper.track(me, self._gate)
         self._on_hold(hold.state)
         return True
 
@@ -180,7 +189,8 @@ class Lock(HeldView, Participant):
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
-        left = self._gate.leave(threading.get_ident(), self._kind)
+        self._reap()
+        left = self._gate.leave(threading.current_thread(), self._kind)
         if not left.last:
             for obj in left.downgraded:  # the write side is no longer held: "idle", no token, no node
                 obj._detach(left.hold)
@@ -247,7 +257,7 @@ class Lock(HeldView, Participant):
         return self._state  # type: ignore[return-value]
 
     def _my_hold(self) -> Optional[Hold]:
-        hold: Optional[Hold] = self._gate.held_by(threading.get_ident(), self._kind)
+        hold: Optional[Hold] = self._gate.held_by(threading.current_thread(), self._kind)
         return hold
 
     def check(self) -> None:
@@ -257,6 +267,7 @@ class Lock(HeldView, Participant):
         Cheap (no request) unless the process stood still since the hold was last confirmed: then it
         first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
         ZooKeeper cannot be reached to say so."""
+        self._reap()
         hold = self._my_hold()
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")
@@ -276,6 +287,13 @@ class Lock(HeldView, Participant):
 def declared(lock: Lock) -> Tuple[str, str]:
     """``lock``'s recipe declarations: its node kind and its gate family."""
     return lock._kind, lock._family
+
+
+def on_ahead(lock: Lock, fn: Optional[Callable[[int], None]]) -> None:
+    """Call ``fn(n)`` on the acquiring thread with how many nodes are ahead of ours each time an acquire of
+    ``lock`` is about to wait: from the lock's own listings, no request or watch of its own (the CLI's
+    ``--progress``)."""
+    lock._seen = fn
 
 
 def acquire_protocol(lock: Lock) -> Proto[Entry]:

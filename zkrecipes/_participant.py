@@ -15,6 +15,7 @@ from . import _drive, _kazoo, naming, protocols
 from . import retry as _retry  # the keyword argument is called retry
 from ._gate import in_doubt
 from ._protocol import Entry, owns
+from ._signature import NamedInit
 from .errors import LockLost
 from .naming import Contender
 from .session import LOST, Hold, SessionWatcher
@@ -27,7 +28,7 @@ log = logging.getLogger("zkrecipes.lock")
 Listener = Callable[[Any, str], None]
 
 
-class Participant:
+class Participant(NamedInit):
     """Validates the shared constructor arguments (before any ZooKeeper call) and follows its holds."""
 
     _format = "lock"  # the recipe family of its node format (:mod:`zkrecipes.protocols`)
@@ -140,14 +141,7 @@ class Participant:
         until the hold is declared lost (the session expired, or suspended past the session timeout);
         a session found gone marks the hold lost, so its owner is told even this late. A lost hold's
         node, if its session lives on after all, is deleted when the client reconnects."""
-        hold.releasing = True
-        try:
-            if hold.state != LOST and not _drive.delete(
-                self.client, hold.node, hold.session, self.retry, gone=lambda: hold.state == LOST
-            ):
-                hold.mark_lost()
-        finally:
-            hold.close()
+        delete_hold(hold, self.retry)
 
     def _fence_hold(self) -> Hold:
         """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""
@@ -168,6 +162,19 @@ class Participant:
 
 
 # -- for the modules that follow a participant's holds from outside it (asyncio front, transactions) --
+def delete_hold(hold: Hold, policy: Optional[tenacity.Retrying]) -> None:
+    """Release ``hold`` (see :meth:`Participant._delete_held`), retrying with ``policy`` (None: the
+    default)."""
+    hold.releasing = True
+    try:
+        if hold.state != LOST and not _drive.delete(
+            hold.client, hold.node, hold.session, policy, gone=lambda: hold.state == LOST
+        ):
+            hold.mark_lost()
+    finally:
+        hold.close()
+
+
 def make_hold(p: Participant, entry: Entry, pin: object = None) -> Hold:
     """Follow ``p``'s granted node (see :meth:`Participant._make_hold`)."""
     return p._make_hold(entry, pin)

@@ -128,11 +128,13 @@ def acquire(
     rule: Rule,
     confirm: bool = False,
     protocol: Protocol = protocols.DEFAULT,
+    seen: Optional[Callable[[int], None]] = None,
 ) -> Proto[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections), or if the waiter stood still meanwhile (:data:`STALE`),
     our node is read back before we return: it must still be ours. ``protocol`` reads every listing: a
-    child it cannot queue with raises LockError (our node deleted)."""
+    child it cannot queue with raises LockError (our node deleted). ``seen(n)``, if given, is told how many
+    nodes are ahead of ours each time we are about to wait (from what we know anyway: no request)."""
     entry: Optional[Entry] = None
     ahead: List[QueueNode] = []
     watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
@@ -157,6 +159,8 @@ def acquire(
                     continue
                 return entry
             waited = True
+            if seen is not None:
+                seen(len(ahead))
             try:
                 blockers = [found] if isinstance(found, QueueNode) else list(found)
                 if (yield from _wait(parent, blockers, ahead, watched)):  # our listing is old: list again
@@ -341,8 +345,11 @@ def find_own(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Optio
 
 
 # -- the one-node race (ExclusiveLock) ----------------------------------------------------------------
-def race(parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str) -> Proto[Entry]:
-    """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes."""
+def race(
+    parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, seen: Optional[Callable[[int], None]] = None
+) -> Proto[Entry]:
+    """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes
+    (``seen(1)`` as :func:`acquire`'s: the holder is ahead)."""
     path = f"{parent}/{name}"
     while True:
         try:
@@ -361,4 +368,6 @@ def race(parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str) -> 
             if entry_or_none is not None:
                 yield UNWATCH
                 return entry_or_none
+        if seen is not None:
+            seen(1)
         yield SLEEP

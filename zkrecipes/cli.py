@@ -291,64 +291,26 @@ def _token_env(token: Optional[int], node: Optional[str]) -> Dict[str, str]:
 
 
 class Progress:
-    """Prints how many are ahead of us while we wait, to stderr; when not asked to print, runs no thread and
-    sends no request (a fleet of non-tty waiters would otherwise re-list the lock on every change)."""
+    """How many are ahead of us while we wait, from the lock's own listings (told by the engine each time
+    the acquire is about to wait): no thread, no watch and no request of its own, so N waiters cost O(N).
+    Printed to stderr when ``show``; kept for the timeout message either way."""
 
-    def __init__(self, client: KazooClient, path: str, exclusive: bool, show: bool) -> None:
-        self.client, self.path, self.exclusive, self.show = client, path, exclusive, show
+    def __init__(self, lock: Lock, path: str, show: bool) -> None:
+        self.path, self.show = path, show
+        from ._lock import on_ahead
+
         self.ahead: Optional[int] = None
-        self._stop = threading.Event()
-        self._changed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zkrecipes-progress", daemon=True)
-        if show:
-            self._thread.start()
+        on_ahead(lock, self.seen)
 
-    def count(self) -> Optional[int]:
-        """Nodes ahead of ours (all nodes while ours is not there yet); the lock node for --exclusive."""
-        from kazoo.exceptions import NoNodeError
-
-        from . import protocols
-
-        if self.exclusive:
-            return 1 if self.client.exists(self.path + "/lock", watch=lambda e: self._changed.set()) else 0
-        try:
-            children = self.client.get_children(self.path, watch=lambda e: self._changed.set())
-        except NoNodeError:
-            return 0
-        nodes = [n for _, n in protocols.sort_any(children)]
-        mine = [i for i, n in enumerate(nodes) if self._ours(n)]
-        return mine[0] if mine else len(nodes)
-
-    def _ours(self, node: Any) -> bool:
-        from . import naming
-
-        if node.host != naming.default_host():
-            return False
-        try:
-            data, _ = self.client.get(f"{self.path}/{node.name}")
-        except Exception:
-            return False
-        return naming.read_data(data).get("pid") == os.getpid()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._changed.clear()
-            try:
-                n = self.count()
-            except Exception:
-                n = None
-            if n is not None and n != self.ahead and not self._stop.is_set():
-                self.ahead = n
-                if self.show:
-                    sys.stderr.write(f"\rwaiting for {self.path}: {n} ahead   ")
-                    sys.stderr.flush()
-            self._changed.wait(1.0)
+    def seen(self, n: int) -> None:
+        """The acquiring thread: ``n`` nodes are ahead of ours now."""
+        if n != self.ahead:
+            self.ahead = n
+            if self.show:
+                sys.stderr.write(f"\rwaiting for {self.path}: {n} ahead   ")
+                sys.stderr.flush()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._changed.set()
-        if self._thread.is_alive():
-            self._thread.join(2)
         if self.show and self.ahead is not None:
             sys.stderr.write("\n")
 
@@ -378,7 +340,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         else:
             rw = ReadWriteLock(client, path, identifier, protocol=args.protocol, acl=security.acl())
             lock = rw.read() if args.read else rw.write()
-        progress = Progress(client, path, args.exclusive, args.progress or sys.stderr.isatty())
+        progress = Progress(lock, path, args.progress or sys.stderr.isatty())
         try:
             got = lock.acquire(timeout=args.timeout)
         except LockError as exc:  # misuse found in ZooKeeper: another library's nodes, -n disagreeing
@@ -390,12 +352,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         finally:
             progress.stop()
         if not got:
-            ahead: object = progress.ahead
-            if ahead is None:
-                try:
-                    ahead = progress.count()
-                except Exception:
-                    ahead = "?"
+            ahead = "?" if progress.ahead is None else progress.ahead  # None: it never got to wait in line
             raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
         try:
             outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"the lock on {path}"),

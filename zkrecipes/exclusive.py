@@ -28,7 +28,8 @@ class ExclusiveLock(Lock):
 
     def _protocol(self) -> Proto[Entry]:
         guid = naming.new_guid()
-        return _protocol.race(self.path, self._acl, NODE, naming.node_data(self.identifier, guid, self.host), guid)
+        data = naming.node_data(self.identifier, guid, self.host)
+        return _protocol.race(self.path, self._acl, NODE, data, guid, self._seen)
 
     def contenders(self) -> List[Contender]:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]. Connection errors

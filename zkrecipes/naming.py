@@ -46,6 +46,9 @@ class Contender(NamedTuple):
     pid: Optional[int]
 
 
+MAX_PATH_BYTES = 16384  # a lock path: every request of a lock names it (ZooKeeper's packet limit is 1 MB)
+
+
 def validate_path(path: object) -> str:
     """Return ``path`` if it is a usable absolute ZooKeeper path for a lock, else raise."""
     if not isinstance(path, str):
@@ -56,6 +59,9 @@ def validate_path(path: object) -> str:
         raise ValueError("lock path must not be the root '/'")
     if path.endswith("/"):
         raise ValueError(f"lock path must not end with '/', got {path!r}")
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:  # every request names it: past ZooKeeper's packet limit it drops the connection
+        raise ValueError(f"lock path is {size} bytes; the limit is {MAX_PATH_BYTES} bytes")
     parts = path[1:].split("/")
     for part in parts:
         if part == "":

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import List, Optional, Sequence
 
+import tenacity
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
-from . import naming
+from . import naming, protocols
+from ._signature import NamedInit
 from .fair import FairLock
 from .naming import Contender, QueueNode
 
@@ -44,7 +47,7 @@ class WriteLock(FairLock):
     _format = "rw"
 
 
-class ReadWriteLock:
+class ReadWriteLock(NamedInit):
     """A fair distributed read/write lock: ``with ReadWriteLock(zk, "/shared_lock").read(): ...``.
 
     Readers share the lock; a writer holds it alone. Queue order decides: a reader waits only for the
@@ -57,9 +60,26 @@ class ReadWriteLock:
     ``InterProcessReadWriteLock``) go to both sides.
     """
 
-    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        self._read = ReadLock(client, path, identifier, **kwargs)
-        self._write = WriteLock(client, path, identifier, **kwargs)
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
+    ) -> None:
+        self._read = ReadLock(
+            client, path, identifier, host=host, acl=acl, retry=retry,
+            tolerate_suspended=tolerate_suspended, protocol=protocol,
+        )
+        self._write = WriteLock(
+            client, path, identifier, host=host, acl=acl, retry=retry,
+            tolerate_suspended=tolerate_suspended, protocol=protocol,
+        )
         self.path = self._read.path
         self.protocol: str = self._read.protocol  # the node format's name, as given to the constructor
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
+import tenacity
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
-from . import _gate, _protocol, naming
+from . import _gate, _protocol, _reaper, naming, protocols
 from ._gate import Gate
 from ._lock import IDLE, WAITING, Lock, LockState
 from ._protocol import Blockers, Entry, Proto
@@ -55,10 +58,21 @@ class Semaphore(Lock):
     _kind = naming.LEASE
 
     def __init__(
-        self, client: KazooClient, path: str, max_leases: int, identifier: Optional[str] = None, **kwargs: Any
+        self,
+        client: KazooClient,
+        path: str,
+        max_leases: int,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
     ) -> None:
         self.max_leases = naming.validate_max_leases(max_leases)
-        super().__init__(client, path, identifier, **kwargs)
+        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
+                         tolerate_suspended=tolerate_suspended, protocol=protocol)
         _declare(self)
 
     def _setup(self) -> None:
@@ -71,8 +85,12 @@ class Semaphore(Lock):
         """The calling thread's gate: its own lease on ``path`` (shared by its Semaphore objects)."""
         g: Optional[Gate] = getattr(self._local, "gate", None)
         if g is None:
-            g = self._local.gate = _gate.gate(self.client, self.path, f"lease-{threading.get_ident()}")
+            g = self._local.gate = _gate.gate(self.client, self.path, f"lease-{_thread_number()}")
         return g
+
+    def _reap(self) -> None:
+        """A thread's lease is on a gate of its own: look at every thread that holds something."""
+        _reaper.reap_ended()
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Blockers:
         for node in ahead:
@@ -88,7 +106,7 @@ class Semaphore(Lock):
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule)
+        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take a lease; True once held. As :meth:`FairLock.acquire <zkrecipes.FairLock.acquire>`:
@@ -115,6 +133,18 @@ class Semaphore(Lock):
 
     def __repr__(self) -> str:
         return f"<Semaphore {self.path!r} max_leases={self.max_leases} state={self.state}>"
+
+
+_threads = threading.local()
+_numbers = itertools.count(1)
+
+
+def _thread_number() -> int:
+    """A number for the calling thread's lease gates: unlike its ident, never reused by a later thread."""
+    n: Optional[int] = getattr(_threads, "number", None)
+    if n is None:
+        n = _threads.number = next(_numbers)  # itertools.count: atomic under the GIL
+    return n
 
 
 # this process's live Semaphore objects, by client and path: they must agree on max_leases

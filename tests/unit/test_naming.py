@@ -269,3 +269,12 @@ def test_malformed_lease_names_parse_as_foreign_writers(bad):
 def test_validate_max_leases(bad, error):
     with pytest.raises(error, match="max_leases"):
         naming.validate_max_leases(bad)
+
+
+def test_a_lock_path_past_the_limit_is_refused_naming_it():
+    from zkrecipes.naming import MAX_PATH_BYTES, validate_path
+
+    ok = "/" + "a" * (MAX_PATH_BYTES - 1)
+    assert validate_path(ok) == ok
+    with pytest.raises(ValueError, match=f"lock path is {MAX_PATH_BYTES + 1} bytes; the limit is {MAX_PATH_BYTES}"):
+        validate_path(ok + "b")

@@ -25,14 +25,17 @@ from typing import (
     Generator,
     List,
     Optional,
+    Sequence,
     Set,
     Type,
 )
 
+import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
+from kazoo.security import ACL
 
-from .. import _gate, _participant, naming
+from .. import _gate, _participant, naming, protocols
 from .. import _lock as _core_lock
 from .. import exclusive as _exclusive
 from .. import fair as _fair
@@ -42,6 +45,7 @@ from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, HeldView, LockState
 from .._lock import Lock as _CoreLock
 from .._participant import Participant
 from .._protocol import Cancelled, DeadlinePassed, owns
+from .._signature import NamedInit
 from ..errors import LockCancelled, LockError, LockLost, LockTimeout
 from ..naming import Contender
 from ..session import HELD, LOST, Hold
@@ -104,7 +108,7 @@ def _caller() -> "Optional[asyncio.Task[Any]]":
         return None
 
 
-class Reporter:
+class Reporter(NamedInit):
     """States, listeners (called on the event loop's thread) and the ``lost`` event of one object."""
 
     def __init__(self, core: Participant) -> None:
@@ -207,8 +211,23 @@ class Lock(HeldView, Reporter):
 
     _core_class: Type[_CoreLock] = _fair.FairLock
 
-    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        self._wrap(self._core_class(client, path, identifier, **kwargs))
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
+    ) -> None:
+        core = self._core_class(
+            client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended,
+            protocol=protocol,
+        )
+        self._wrap(core)
 
     def _wrap(self, core: _CoreLock) -> None:
         super().__init__(core)
@@ -490,7 +509,7 @@ class WriteLock(Lock):
     _core_class = _rwlock.WriteLock
 
 
-class ReadWriteLock:
+class ReadWriteLock(NamedInit):
     """:class:`zkrecipes.ReadWriteLock` for asyncio: ``async with rw.read():`` / ``async with rw.write():``.
 
     Readers share; a writer holds alone; a queued writer blocks readers that come after it. Tasks of one
@@ -498,9 +517,26 @@ class ReadWriteLock:
     ``write()`` may take ``read()`` and then release the write side.
     """
 
-    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        self._read = ReadLock(client, path, identifier, **kwargs)
-        self._write = WriteLock(client, path, identifier, **kwargs)
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
+    ) -> None:
+        self._read = ReadLock(
+            client, path, identifier, host=host, acl=acl, retry=retry,
+            tolerate_suspended=tolerate_suspended, protocol=protocol,
+        )
+        self._write = WriteLock(
+            client, path, identifier, host=host, acl=acl, retry=retry,
+            tolerate_suspended=tolerate_suspended, protocol=protocol,
+        )
         self.path = self._read.path
         self.protocol: str = self._read.protocol  # the node format's name, as given to the constructor
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable, List, Optional, TypeVar, cast
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, TypeVar, cast
 
+import tenacity
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
-from .. import _participant, naming
+from .. import _participant, naming, protocols
 from .. import election as _election
 from .._protocol import Cancelled, DeadlinePassed, Entry
 from ..election import CANDIDATE, IDLE, LEADER, TermView
@@ -34,8 +36,22 @@ class LeaderElection(TermView, Reporter):
     ``asyncio.Event``. :meth:`resign` and :meth:`cancel` may be called from any task.
     """
 
-    def __init__(self, client: KazooClient, path: str, identifier: Optional[str] = None, **kwargs: Any) -> None:
-        super().__init__(_election.LeaderElection(client, path, identifier, **kwargs))
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
+    ) -> None:
+        super().__init__(_election.LeaderElection(
+            client, path, identifier, host=host, acl=acl, retry=retry,
+            tolerate_suspended=tolerate_suspended, protocol=protocol,
+        ))
         self._hold: Optional[Hold] = None
         self._driver: Optional[AioDriver] = None
         self._cancelled = False

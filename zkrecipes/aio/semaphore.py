@@ -6,11 +6,13 @@ import asyncio
 import itertools
 import threading
 import weakref
-from typing import Any, Coroutine, Optional
+from typing import Any, Coroutine, Optional, Sequence
 
+import tenacity
 from kazoo.client import KazooClient
+from kazoo.security import ACL
 
-from .. import _gate
+from .. import _gate, protocols
 from .. import semaphore as _semaphore
 from .._gate import Gate
 from .._lock import IDLE, WAITING, LockState
@@ -56,9 +58,22 @@ class Semaphore(Lock):
     """
 
     def __init__(
-        self, client: KazooClient, path: str, max_leases: int, identifier: Optional[str] = None, **kwargs: Any
+        self,
+        client: KazooClient,
+        path: str,
+        max_leases: int,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = protocols.ZKRECIPES,
     ) -> None:
-        core = _semaphore.Semaphore(client, path, max_leases, identifier, **kwargs)
+        core = _semaphore.Semaphore(
+            client, path, max_leases, identifier, host=host, acl=acl, retry=retry,
+            tolerate_suspended=tolerate_suspended, protocol=protocol,
+        )
         self.max_leases: int = core.max_leases
         self._wrap(core)
 

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `make test`'s second interpreter tier: on every other supported Python found under pyenv (3.10-3.13;
+# the default interpreter, in .venv, runs the whole suite), the unit tier and a lean cut of the asyncio,
+# lock and ownership suites -- what differs between Pythons (asyncio.wait_for's inner task before 3.12,
+# threading, typing at import). Each gets a venv in .venv-pythons/<version> (made once per setup.cfg).
+# Says which Pythons it ran, and which it did not find.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYENV_ROOT="${PYENV_ROOT:-/root/.pyenv}"
+SUPPORTED="3.10 3.11 3.12 3.13"   # python_requires and the classifiers name exactly these
+default=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+SUBSET=(tests/unit tests/test_aio.py tests/test_locks.py tests/test_ownership.py tests/test_thread_ownership.py)
+LEAN="not across_processes and not container_parent_is_reclaimed and not stalled_process and not service_example \
+and not hundreds_of_tasks"
+ran=() missing=()
+for minor in $SUPPORTED; do
+  [ "$minor" = "$default" ] && continue
+  py=$(ls -d "$PYENV_ROOT"/versions/"$minor".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
+  if [ -z "$py" ]; then missing+=("$minor"); continue; fi
+  venv=".venv-pythons/$minor"
+  stamp="$venv/.zkrecipes-$(cksum < setup.cfg | cut -d' ' -f1)"
+  if [ ! -f "$stamp" ]; then
+    rm -rf "$venv" && "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
+    "$venv/bin/python" -c 'import zkrecipes, pytest, pure_sasl' && touch "$stamp"
+  fi
+  version=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
+  echo "== Python $version: ${SUBSET[*]} (-k lean cut)"
+  "$venv/bin/python" -m pytest -p no:cacheprovider -q "${SUBSET[@]}" -k "$LEAN"
+  ran+=("$version")
+done
+echo "== Pythons: the whole suite on $(.venv/bin/python -c 'import platform; print(platform.python_version())') (.venv);" \
+     "unit + asyncio/lock/ownership cut on: ${ran[*]:-none}${missing:+; not found: ${missing[*]}}"
