@@ -400,7 +400,9 @@ def markdown(result: Dict[str, Any]) -> str:
         f"One lock path; every contender loops acquire -> {cfg['work_us'] / 1000:g} ms busy work -> release; "
         f"{cfg['warmup_s']:g} s warm-up, then {cfg['window_s']:g} s measured; session timeout {cfg['session_s']:g} s; "
         "one session per process (threads, or asyncio tasks for the aio front; Curator: one CuratorFramework "
-        "per JVM). Hand-off: previous holder's release() call to the next holder's acquire() return.",
+        "per JVM). Hand-off: previous holder's release() call to the next holder's acquire() return. "
+        "Load avg: the machine's 1-minute load average before -> after the row (it has "
+        f"{m['machine']['cpus']} CPUs, shared with the ensemble and with other work).",
         "",
     ]
     if result.get("curator_absent"):
@@ -408,17 +410,18 @@ def markdown(result: Dict[str, Any]) -> str:
     lines += [
         "| N (procs x per proc) | implementation | grants/s | hand-off p50 / p90 / p99 / **max** (ms) "
         "| hand-offs > 100 ms | max wait (ms) | max release (ms) | grants per contender min / median / max "
-        "| overlaps | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| overlaps | errors | load avg |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(result["rows"], key=lambda r: (r["n"], r["rep"], IMPLS.index(r["impl"]))):
         h, pc = r["handoff"], r["per_contender"]
         n = f"{r['n']:,} ({r['processes']}x{r['per_process']})" + (f" rep {r['rep'] + 1}" if reps > 1 else "")
+        load = " -> ".join(f"{x:.0f}" for x in r["loadavg"]) if r.get("loadavg") else "—"
         lines.append(
             f"| {n} | {r['impl']} | {r['grants_per_s']:.0f} | {_f(h['p50_ms'])} / {_f(h['p90_ms'])} / "
             f"{_f(h['p99_ms'])} / **{_f(h['max_ms'], '{:,.1f}')}** | {r['handoffs_over_100ms']} | "
             f"{_f(r['wait']['max_ms'], '{:,.1f}')} | {_f(r['release']['max_ms'], '{:,.1f}')} | "
-            f"{pc['min']} / {pc['median']:g} / {pc['max']} | {r['overlaps']} | {r['errors']} |"
+            f"{pc['min']} / {pc['median']:g} / {pc['max']} | {r['overlaps']} | {r['errors']} | {load} |"
         )
     lines += ["", "### Targets (issue 30; reported, not tested)", "",
               "| N | implementation | target | measured | limit | met |", "|---|---|---|---|---|---|"]
@@ -502,8 +505,9 @@ def run(hosts: str, cfg: Dict[str, Any], impls: Sequence[str], classpath: Option
                     path = f"{root}/{impl.split()[-1].lower()}-{procs * per}-{rep}"
                     admin.ensure_path(path)  # persistent: never reaped while a fleet starts
                     log(f"N = {procs * per} ({procs} x {per}) {impl}")
+                    load = os.getloadavg()[0]
                     row = run_fleet(impl, hosts, path, procs, per, cfg, classpath)
-                    row["rep"] = rep
+                    row.update({"rep": rep, "loadavg": [load, os.getloadavg()[0]]})
                     h = row["handoff"]
                     log(f"  {row['grants_per_s']:.0f} grants/s, hand-off p50 {_f(h['p50_ms'])} p99 "
                         f"{_f(h['p99_ms'])} max {_f(h['max_ms'])} ms, overlaps {row['overlaps']}, "
