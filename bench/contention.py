@@ -443,30 +443,36 @@ def plot(result: Dict[str, Any], path: str) -> Optional[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return "matplotlib is not installed (pip install -e '.[bench]')"
+    from matplotlib import ticker
+
     rows = [r for r in result["rows"] if r["rep"] == 0]
     sizes = sorted({r["n"] for r in rows})
     impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4.5))
     width = 0.8 / max(1, len(impls))
     panels = [
         (axes[0], "grants/s", lambda r: r["grants_per_s"], False),
         (axes[1], "hand-off p99 (ms)", lambda r: r["handoff"]["p99_ms"], True),
         (axes[2], "hand-off max (ms)", lambda r: r["handoff"]["max_ms"], True),
+        (axes[3], "release() call to return, max (ms)", lambda r: r["release"]["max_ms"], True),
     ]
     for ax, title, get, logy in panels:
         for j, impl in enumerate(impls):
             xs, ys = [], []
             for k, n in enumerate(sizes):
-                (r,) = [r for r in rows if r["n"] == n and r["impl"] == impl] or [None]
-                if r is not None and get(r) is not None:
+                found = [r for r in rows if r["n"] == n and r["impl"] == impl]
+                if found and get(found[0]) is not None:
                     xs.append(k + (j - (len(impls) - 1) / 2) * width)
-                    ys.append(get(r))
+                    ys.append(get(found[0]))
             ax.bar(xs, ys, width, label=impl)
         ax.set_xticks(range(len(sizes)))
         ax.set_xticklabels([f"N = {n:,}" for n in sizes])
-        ax.set_title(title)
+        ax.set_title(title, fontsize=10)
         if logy:
             ax.set_yscale("log")
+            ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+            ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
     axes[2].axhline(HANDOFF_LIMIT_MS, color="black", linestyle="--", linewidth=1, label="target: 100 ms")
     axes[2].legend(fontsize=8, loc="upper left")
     m = result["meta"]
