@@ -67,6 +67,7 @@ IMPLS = (FAIR, AIO, KAZOO, CURATOR)
 OURS = (FAIR, AIO)
 BASELINE = KAZOO
 HANDOFF_LIMIT_MS = 100.0
+SLOW_NS = 1_000_000_000  # hand-offs and releases longer than this are listed one by one
 
 FULL = {"sizes": [[10, 1], [20, 5], [50, 20]], "warmup_s": 5.0, "window_s": 20.0, "reps": 1}
 QUICK = {"sizes": [[10, 1], [20, 5], [50, 20]], "warmup_s": 2.0, "window_s": 6.0, "reps": 1}
@@ -339,6 +340,16 @@ def analyse(grants: Sequence[Tuple[str, int, int, int, int]], contenders: Sequen
         releases.append(g[4] - g[3])
         if i > 0:
             handoffs.append(g[2] - ordered[i - 1][3])
+    slow = []  # every hand-off or release over 1 s, with what the previous holder's release did meanwhile
+    for i, g in enumerate(ordered):
+        if w0 <= g[2] < w1 and i > 0 and g[2] - ordered[i - 1][3] > SLOW_NS:
+            prev = ordered[i - 1]
+            slow.append({"kind": "hand-off", "ms": _ms(g[2] - prev[3]), "at_s": (prev[3] - w0) / 1e9,
+                         "from": prev[0], "to": g[0], "release_ms": _ms(prev[4] - prev[3]),
+                         "same_process": prev[0].split(":")[0] == g[0].split(":")[0]})
+        if w0 <= g[2] < w1 and g[4] - g[3] > SLOW_NS:
+            slow.append({"kind": "release", "ms": _ms(g[4] - g[3]), "at_s": (g[3] - w0) / 1e9, "from": g[0],
+                         "next_acquired_after_ms": _ms(ordered[i + 1][2] - g[3]) if i + 1 < len(ordered) else None})
     per = collections.Counter(g[0] for g in inside)
     counts = sorted(per.get(c, 0) for c in contenders)
     window_s = (w1 - w0) / 1e9
@@ -355,6 +366,7 @@ def analyse(grants: Sequence[Tuple[str, int, int, int, int]], contenders: Sequen
                           "zero": sum(1 for c in counts if c == 0)},
         "overlaps": overlaps,
         "grants_total": len(ordered),
+        "slow": slow,
     }
 
 
@@ -423,6 +435,21 @@ def markdown(result: Dict[str, Any]) -> str:
             f"{_f(r['wait']['max_ms'], '{:,.1f}')} | {_f(r['release']['max_ms'], '{:,.1f}')} | "
             f"{pc['min']} / {pc['median']:g} / {pc['max']} | {r['overlaps']} | {r['errors']} | {load} |"
         )
+    slow = [(r, e) for r in sorted(result["rows"], key=lambda r: (r["n"], r["rep"], IMPLS.index(r["impl"])))
+            for e in r.get("slow", [])]
+    if slow:
+        lines += ["", "Hand-offs and releases over 1 s (*at*: seconds into the window of the release call; "
+                  "contenders as process:thread):", ""]
+        for r, e in slow:
+            where = f"N = {r['n']:,} {r['impl']}" + (f" rep {r['rep'] + 1}" if reps > 1 else "")
+            if e["kind"] == "hand-off":
+                lines.append(f"- {where}: hand-off {e['ms']:,.0f} ms at {e['at_s']:.1f} s, {e['from']} -> {e['to']}"
+                             f"{' (same process)' if e['same_process'] else ''}; that release() returned after "
+                             f"{e['release_ms']:,.1f} ms")
+            else:
+                nxt = e["next_acquired_after_ms"]
+                lines.append(f"- {where}: release() of {e['from']} took {e['ms']:,.0f} ms at {e['at_s']:.1f} s; "
+                             f"the next holder's acquire() returned {_f(nxt, '{:,.1f}')} ms after the call")
     lines += ["", "### Targets (issue 30; reported, not tested)", "",
               "| N | implementation | target | measured | limit | met |", "|---|---|---|---|---|---|"]
     for t in result["targets"]:

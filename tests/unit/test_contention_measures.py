@@ -28,6 +28,16 @@ def test_handoff_is_release_call_to_next_acquire_return_and_only_window_grants_c
     assert row["per_contender"] == {"min": 0, "median": 1, "max": 2, "zero": 1}  # contender 2:0 got none
     assert row["overlaps"] == 0
     assert abs(row["grants_per_s"] - 3 / 3.096) < 1e-9
+    assert row["slow"] == [{"kind": "hand-off", "ms": 3000, "at_s": 0.005, "from": "0:0", "to": "1:0",
+                            "release_ms": 3, "same_process": False}]
+
+
+def test_a_release_over_1s_is_listed_with_when_the_next_holder_got_the_lock():
+    grants = [_g("0:0", 0, 1, 2, 1502), _g("0:1", 0, 4, 5), _g("1:0", 0, 6, 7)]
+    row = analyse(grants, ["0:0", "0:1", "1:0"], 0, 10 * MS)
+    assert row["slow"] == [{"kind": "release", "ms": 1500, "at_s": 0.002, "from": "0:0",
+                            "next_acquired_after_ms": 2}]
+    assert row["release"]["max_ms"] == 1500 and row["handoff"]["max_ms"] == 2
 
 
 def test_intersecting_holds_are_counted_even_behind_a_long_hold():
@@ -66,6 +76,10 @@ def test_targets_compare_each_zkrecipes_front_with_kazoo_at_the_same_n():
               "config": {"reps": 1, "work_us": 200, "warmup_s": 5, "window_s": 20, "session_s": 10},
               "meta": {"started": "now", "command": "c", "ensemble": "e", "zookeeper": "3.8", "duration_s": 1,
                        "machine": {"commit": "abc", "loadavg_start": [1.0], "cpus": 2}, "loadavg_end": [1.0]}}
+    rows[0]["slow"] = [{"kind": "hand-off", "ms": 2990.0, "at_s": 4.0, "from": "3:0", "to": "7:0",
+                        "release_ms": 2.5, "same_process": False}]
     md = markdown(result)
+    assert ("- N = 10 zkrecipes FairLock: hand-off 2,990 ms at 4.0 s, 3:0 -> 7:0; "
+            "that release() returned after 2.5 ms") in md
     assert "| 10 | zkrecipes FairLock | max hand-off (ms) | 2,990.0 | 100.0 | **no** |" in md
     assert "**2,990.0**" in md
