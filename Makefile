@@ -47,6 +47,7 @@ bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/per_key.py
 	$(PY) bench/aio.py
+	$(PY) bench/contention.py
 	$(PY) bench/cpu.py
 
 safety: setup

@@ -156,3 +156,26 @@ def test_cpu_bench_smoke(zk_ensemble, tmp_path):
     assert res["ratio_thread"] > 0 and len(res["wake_ms"]) == res["config"]["handoffs"]
     assert [t["measured"] is not None for t in res["targets"]] == [True, True]
     assert "calling-thread CPU" in (out / "cpu.md").read_text()
+
+
+def test_contention_bench_smoke(zk_ensemble, tmp_path):
+    """bench/contention.py (issue 30): every implementation's fleet runs in its own processes on one path,
+    every contender gets the lock, no two holds intersect, and the targets are reported."""
+    from bench.contention import CURATOR, IMPLS, OURS, curator_classpath
+
+    out = tmp_path / "results"
+    _smoke("contention.py", zk_ensemble.hosts, out)
+    res = json.loads((out / "contention.json").read_text())
+    expected = set(IMPLS) if curator_classpath()[0] is not None else set(IMPLS) - {CURATOR}
+    assert set(res["impls"]) == expected and (CURATOR in expected or res["curator_absent"])
+    (size,) = res["config"]["sizes"]
+    rows = {r["impl"]: r for r in res["rows"]}
+    assert set(rows) == expected
+    for r in rows.values():
+        assert r["n"] == size[0] * size[1] and r["errors"] == 0, r
+        assert r["overlaps"] == 0 and r["per_contender"]["min"] > 0, r
+        assert r["grants"] > 0 and r["handoff"]["n"] == r["grants"] and r["wait"]["max_ms"] > 0
+    assert {t["impl"] for t in res["targets"]} == set(OURS)
+    assert all(isinstance(t["met"], bool) for t in res["targets"])
+    md = (out / "contention.md").read_text()
+    assert "### Targets" in md and all(f"| {impl} |" in md for impl in expected)
