@@ -345,8 +345,6 @@ def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult
     (2.9.0-2.11.0); paths must already carry the chroot.
     """
     handler = client.handler
-    if not _heard(client._connection).attended:
-        nudger.attend(client)
     threads = type(handler) is SequentialThreadingHandler
     results = [Result(handler) if threads else handler.async_result() for _ in requests]
     write_sock = client._connection._write_sock

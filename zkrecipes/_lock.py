@@ -118,7 +118,7 @@ class Lock(HeldView, Participant):
             blocking, timeout = False, None
         deadline = None if timeout is None else time.monotonic() + timeout
         me = threading.current_thread()
-        self._reap()
+        self._reap(me)
         if self._cancel.is_set():  # Event.clear() takes a lock: only when there is something to clear
             self._cancel.clear()
         mine = self._gate.owned(me)
@@ -138,9 +138,12 @@ class Lock(HeldView, Participant):
             return False
         return self._acquire_zk(me, blocking, deadline)
 
-    def _reap(self) -> None:
-        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
-        _reaper.reap(self._gate)
+    def _reap(self, me: threading.Thread) -> None:
+        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`);
+        ``me`` is the calling thread."""
+        counts = self._gate.counts
+        if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
+            _reaper.reap(self._gate)
 
     def _look_for_writers(self, deadline: Optional[float]) -> None:
         """Before a thread joins this process's read hold: one listing per hold (see
@@ -189,8 +192,9 @@ class Lock(HeldView, Participant):
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
-        self._reap()
-        left = self._gate.leave(threading.current_thread(), self._kind)
+        me = threading.current_thread()
+        self._reap(me)
+        left = self._gate.leave(me, self._kind)
         if not left.last:
             for obj in left.downgraded:  # the write side is no longer held: "idle", no token, no node
                 obj._detach(left.hold)
@@ -267,7 +271,7 @@ class Lock(HeldView, Participant):
         Cheap (no request) unless the process stood still since the hold was last confirmed: then it
         first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
         ZooKeeper cannot be reached to say so."""
-        self._reap()
+        self._reap(threading.current_thread())
         hold = self._my_hold()
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling thread")

@@ -12,9 +12,9 @@ gate), and a reaper thread that runs while threads hold something and looks once
 from __future__ import annotations
 
 import logging
+import os
 import threading
-import weakref
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Set, Tuple
 
 from ._gate import Gate
 from ._participant import delete_hold
@@ -24,7 +24,7 @@ log = logging.getLogger("zkrecipes.lock")
 TICK = 1.0  # seconds between the reaper thread's looks
 
 # threads that hold (or held) something, and the gates they hold it on
-_held: "Dict[threading.Thread, weakref.WeakSet[Gate]]" = {}
+_held: "Dict[threading.Thread, Set[Gate]]" = {}
 _lock = threading.Lock()
 _thread: Optional[threading.Thread] = None
 
@@ -32,10 +32,13 @@ _thread: Optional[threading.Thread] = None
 def track(owner: threading.Thread, gate: Gate) -> None:
     """``owner`` now holds on ``gate``: release that if it ends holding."""
     global _thread
+    gates = _held.get(owner)
+    if gates is not None and gate in gates and _thread is not None:
+        return  # a re-acquire: already followed (dict and set lookups, no lock: the hot path)
     with _lock:
         gates = _held.get(owner)
         if gates is None:
-            gates = _held[owner] = weakref.WeakSet()
+            gates = _held[owner] = set()  # released gates are dropped within a TICK (reap_ended)
         gates.add(gate)
         if _thread is None or not _thread.is_alive():  # (also after a fork: the child has no reaper)
             _thread = threading.Thread(target=_run, name="zkrecipes-reaper", daemon=True)
@@ -105,3 +108,13 @@ def _run() -> None:
                 if _thread is threading.current_thread():
                     _thread = None
                 return
+
+
+def _forget(*_: object) -> None:  # a forked child: its inherited holds are the parent's, not its own
+    global _thread, _lock
+    _held.clear()
+    _thread, _lock = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget)

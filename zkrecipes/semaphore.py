@@ -88,7 +88,7 @@ class Semaphore(Lock):
             g = self._local.gate = _gate.gate(self.client, self.path, f"lease-{_thread_number()}")
         return g
 
-    def _reap(self) -> None:
+    def _reap(self, me: threading.Thread) -> None:
         """A thread's lease is on a gate of its own: look at every thread that holds something."""
         _reaper.reap_ended()
 
