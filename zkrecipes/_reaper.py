@@ -83,6 +83,8 @@ def reap_ended() -> None:
             for g in gates:
                 if owner not in g.counts:  # released since
                     _held[owner].discard(g)
+                    if owner in g.counts:  # re-acquired meanwhile: track()'s lock-free look saw g still here
+                        _held[owner].add(g)
             if not _held[owner]:
                 del _held[owner]
     for _, gates in todo:
