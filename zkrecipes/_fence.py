@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, List, NoReturn
+from typing import Any, Callable, Iterable, List, NoReturn
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import ConnectionClosedError, RolledBackError, RuntimeInconsistency, SessionExpiredError
@@ -13,19 +13,20 @@ from ._kazoo import AsyncResult
 from .errors import LockLost, TransactionFailed
 from .session import Hold
 
-if TYPE_CHECKING:
-    from ._participant import Participant
-
 
 class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
     """What a fenced commit does apart from waiting: the checks before sending, the fenced multi, and
-    reading its results (shared by :class:`HeldTransaction` and ``zkrecipes.aio``'s, whose commit awaits)."""
+    reading its results (shared by :class:`HeldTransaction` and ``zkrecipes.aio``'s, whose commit awaits).
 
-    def __init__(self, owner: "Participant", hold: Hold) -> None:
-        super().__init__(owner.client)
-        self._owner = owner
+    Made by a lock's ``transaction()``: ``client`` and ``path`` are the lock's, ``hold`` the one it is
+    fenced by, and ``check(hold, what)`` the lock's own certainty check (raises LockLost; the asyncio
+    one returns an awaitable), run before anything is sent."""
+
+    def __init__(self, client: Any, path: str, hold: Hold, check: Callable[[Hold, str], Any]) -> None:
+        super().__init__(client)
         self._hold = hold
-        self._where = f"{owner.path} ({hold.node})"
+        self._check = check
+        self._where = f"{path} ({hold.node})"
 
     def commit_async(self) -> NoReturn:
         """Not offered: the fence's outcome must be read before the results are returned."""
@@ -38,7 +39,7 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
     def _send(self) -> AsyncResult:
         """Send the multi, fence first, once the hold was checked (see :func:`zkrecipes._kazoo.commit_fenced`).
         A multi the server would refuse for its size raises ValueError, nothing sent (see :func:`check_size`)."""
-        self._check_tx_state()
+        _kazoo.refuse_committed(self)
         check_size(self._where, self.operations, self._hold.node)
         self.committed = True
         return _kazoo.commit_fenced(self.client, self.operations, self._hold.session, self._hold.node)

@@ -68,14 +68,17 @@ class Counts:
         return self.write if kind == WRITE else self.read
 
 
+Detach = Callable[[Any], None]  # a lock object's own way to stop following a hold: ``detach(hold)``
+
+
 class Left(NamedTuple):
-    """What :meth:`Gate.leave` leaves to do: delete the hold's node (``last``), or detach objects of a
-    side that is no longer held (``downgraded``)."""
+    """What :meth:`Gate.leave` leaves to do: delete the hold's node (``last``) and detach every attached
+    object (``detach``), or detach the objects of a side that is no longer held (``downgraded``)."""
 
     last: bool
     hold: Any
-    objects: List[Any]
-    downgraded: List[Any]
+    detach: List[Detach]
+    downgraded: List[Detach]
 
 
 @dataclass(eq=False)
@@ -92,7 +95,8 @@ class Gate:
     counts: Dict[Owner, Counts] = field(default_factory=dict)
     waiting_writers: int = 0
     line: Deque[Owner] = field(default_factory=collections.deque)  # owners waiting, in arrival order
-    objects: Set[Any] = field(default_factory=set)  # lock objects attached to the current hold
+    # lock objects attached to the current hold: their side (kind) and how to detach them
+    objects: Dict[Any, Tuple[str, Detach]] = field(default_factory=dict)
     writer_behind: Any = None  # the hold behind whose node a writer was seen queued
     wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
 
@@ -137,9 +141,9 @@ class Gate:
         if why is not None:  # a count added now would report held a node that may be someone else's
             raise LockLost(f"{self.path}: re-entry refused: the hold ({self.hold.node}) is {why}")
 
-    def granted(self, me: Owner, kind: str, hold: Any, obj: Any = None) -> None:
-        """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold`` (``obj`` attached to it), or None
-        (miss, timeout, error)."""
+    def granted(self, me: Owner, kind: str, hold: Any, obj: Any = None, detach: Optional[Detach] = None) -> None:
+        """The ZooKeeper part of ``me``'s QUEUE ended: with ``hold`` (``obj`` attached to it, ``detach``
+        its way to stop following it), or None (miss, timeout, error)."""
         with self.mutex:
             self.busy = False
             if hold is not None:
@@ -147,8 +151,8 @@ class Gate:
                 self.counts[me] = Counts(write=1) if kind == WRITE else Counts(read=1)
                 if kind == WRITE:
                     self.writer = me
-                if obj is not None:
-                    self.objects.add(obj)
+                if obj is not None and detach is not None:
+                    self.objects[obj] = (kind, detach)
             if self.line or self.wakers:
                 self.changed()
 
@@ -169,16 +173,15 @@ class Gate:
             if not c.write and not c.read:
                 del self.counts[me]
             if self.counts:
-                downgraded: List[Any] = []
+                downgraded: List[Detach] = []
                 if self.writer is None and self.mode == WRITE:
                     self.mode = READ  # downgrade: our write node stays until the reads are released
-                    downgraded = [o for o in self.objects if getattr(o, "_kind", None) == WRITE]
-                    self.objects.difference_update(downgraded)
+                    downgraded = self._detach_side(WRITE)
                 self.changed()
                 return Left(False, self.hold, [], downgraded)
-            hold, objects = self.hold, list(self.objects)
-            self.hold, self.mode, self.objects, self.busy = None, None, set(), True
-            return Left(True, hold, objects, [])
+            hold, detach = self.hold, [d for _, d in self.objects.values()]
+            self.hold, self.mode, self.objects, self.busy = None, None, {}, True
+            return Left(True, hold, detach, [])
 
     def drop(self, me: Owner) -> Optional[Left]:
         """Forget every level ``me`` holds, both sides (its owner ended: nobody can release them now);
@@ -193,16 +196,28 @@ class Gate:
             if me in self.line:
                 self.line.remove(me)
             if self.counts:
-                downgraded: List[Any] = []
+                downgraded: List[Detach] = []
                 if self.writer is None and self.mode == WRITE:
                     self.mode = READ
-                    downgraded = [o for o in self.objects if getattr(o, "_kind", None) == WRITE]
-                    self.objects.difference_update(downgraded)
+                    downgraded = self._detach_side(WRITE)
                 self.changed()
                 return Left(False, self.hold, [], downgraded)
-            hold, objects = self.hold, list(self.objects)
-            self.hold, self.mode, self.objects, self.busy = None, None, set(), True
-            return Left(True, hold, objects, [])
+            hold, detach = self.hold, [d for _, d in self.objects.values()]
+            self.hold, self.mode, self.objects, self.busy = None, None, {}, True
+            return Left(True, hold, detach, [])
+
+    def _detach_side(self, kind: str) -> List[Detach]:
+        """Forget the objects attached to side ``kind``: their ``detach``, for the caller to call."""
+        objects = [o for o, (k, _) in self.objects.items() if k == kind]
+        return [self.objects.pop(o)[1] for o in objects]
+
+    def attach(self, obj: Any, kind: str, detach: Detach) -> bool:
+        """Attach ``obj`` (a lock object of side ``kind``) to the current hold; False if it already was."""
+        with self.mutex:
+            if obj in self.objects:
+                return False
+            self.objects[obj] = (kind, detach)
+            return True
 
     def ended_threads(self) -> List[threading.Thread]:
         """Owners that are threads which have ended while holding here."""

@@ -16,7 +16,7 @@ import weakref
 from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
 
 import kazoo.exceptions
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, TransactionRequest
 from kazoo.exceptions import ConnectionClosedError
 from kazoo.handlers.threading import SequentialThreadingHandler
 from kazoo.protocol.connection import ConnectionHandler
@@ -442,3 +442,8 @@ def commit_fenced(client: KazooClient, operations: Sequence[Request], session: i
     ar = client.handler.async_result()
     client._call(multi, ar)
     return ar
+
+
+def refuse_committed(tx: TransactionRequest) -> None:
+    """kazoo's own refusal of a transaction that was already committed (ValueError), before ours is sent."""
+    tx._check_tx_state()

@@ -175,7 +175,7 @@ class Lock(HeldView, Participant):
             pass
         finally:
             self._drivers.discard(driver)
-            self._gate.granted(me, self._kind, hold, self)
+            self._gate.granted(me, self._kind, hold, self, self._detach)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
@@ -196,15 +196,15 @@ class Lock(HeldView, Participant):
         self._reap(me)
         left = self._gate.leave(me, self._kind)
         if not left.last:
-            for obj in left.downgraded:  # the write side is no longer held: "idle", no token, no node
-                obj._detach(left.hold)
+            for detach in left.downgraded:  # the write side is no longer held: "idle", no token, no node
+                detach(left.hold)
             return
         try:
             self._delete_held(left.hold)  # a session found gone is reported as lost, even this late
         finally:
             self._gate.released()
-            for obj in left.objects:
-                obj._detach(left.hold)
+            for detach in left.detach:
+                detach(left.hold)
 
     def cancel(self) -> None:
         """Make pending acquires of this lock object return False (``with``/``hold()`` raise
@@ -239,10 +239,8 @@ class Lock(HeldView, Participant):
 
     # -- state ---------------------------------------------------------------------------------------
     def _attach(self, hold: Hold) -> None:
-        with self._gate.mutex:
-            if self in self._gate.objects:
-                return
-            self._gate.objects.add(self)
+        if not self._gate.attach(self, self._kind, self._detach):
+            return
         hold.add_listener(self._on_hold)
         self._on_hold(hold.state)
 

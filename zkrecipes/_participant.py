@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -19,9 +19,7 @@ from ._signature import NamedInit
 from .errors import LockLost
 from .naming import Contender
 from .session import LOST, Hold, SessionWatcher
-
-if TYPE_CHECKING:
-    from .transaction import HeldTransaction
+from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -148,13 +146,11 @@ class Participant(NamedInit):
         """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""
         raise NotImplementedError
 
-    def transaction(self) -> "HeldTransaction":
+    def transaction(self) -> HeldTransaction:
         """A kazoo transaction that commits only while this hold lives (ZooKeeper's ``IsOwner()``
         compare): see :class:`~zkrecipes.transaction.HeldTransaction`. Raises as :meth:`check` does
         when there is no hold to fence by."""
-        from .transaction import HeldTransaction
-
-        return HeldTransaction(self, self._fence_hold())
+        return HeldTransaction(self.client, self.path, self._fence_hold(), self._check_hold)
 
     def contenders(self) -> List[Contender]:
         """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples (``[]`` if the
@@ -179,11 +175,6 @@ def delete_hold(hold: Hold, policy: Optional[tenacity.Retrying]) -> None:
 def make_hold(p: Participant, entry: Entry, pin: object = None) -> Hold:
     """Follow ``p``'s granted node (see :meth:`Participant._make_hold`)."""
     return p._make_hold(entry, pin)
-
-
-def check_hold(p: Participant, hold: Hold, what: str) -> None:
-    """Raise LockLost unless ``hold`` of ``p`` is certain (see :meth:`Participant._check_hold`)."""
-    p._check_hold(hold, what)
 
 
 def node_format(p: Participant) -> Tuple[protocols.Protocol, List[ACL]]:

@@ -57,8 +57,8 @@ def reap(gate: Gate) -> None:
         log.warning("%s: released %s: its owner, thread %r, ended without releasing it",
                     gate.path, getattr(hold, "node", None), owner.name)
         if not left.last:  # other threads of this process share the (read) hold: it stays
-            for obj in left.downgraded:
-                obj._detach(hold)
+            for detach in left.downgraded:
+                detach(hold)
             continue
         try:
             delete_hold(hold, None)
@@ -66,8 +66,8 @@ def reap(gate: Gate) -> None:
             log.exception("%s: could not release %s (it goes when the session ends)", gate.path, hold.node)
         finally:
             gate.released()
-            for obj in left.objects:
-                obj._detach(hold)
+            for detach in left.detach:
+                detach(hold)
 
 
 def reap_ended() -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, List
 
-from . import _participant
 from ._fence import Fenced
 
 
@@ -32,5 +31,5 @@ class HeldTransaction(Fenced):
     def commit(self) -> List[Any]:
         """Commit while the hold lives: kazoo's results; LockLost or TransactionFailed with nothing applied."""
         self._refuse_released()
-        _participant.check_hold(self._owner, self._hold, "hold")  # lost, suspended, unconfirmed: refuse first
+        self._check(self._hold, "hold")  # lost, suspended, unconfirmed: refuse first
         return self._results(self._send())

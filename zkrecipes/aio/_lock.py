@@ -15,7 +15,6 @@ import logging
 import time
 import weakref
 from typing import (
-    TYPE_CHECKING,
     Any,
     AsyncIterator,
     Awaitable,
@@ -52,9 +51,7 @@ from ..session import HELD, LOST, Hold
 from . import _driver
 from ._driver import AioDriver, call_soon
 from ._gate import enter
-
-if TYPE_CHECKING:
-    from .transaction import HeldTransaction
+from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.aio")
 
@@ -357,15 +354,15 @@ class Lock(HeldView, Reporter):
     async def _release_as(self, owner: "asyncio.Task[Any]", gate: Gate) -> None:
         left = gate.leave(owner, self._kind)
         if not left.last:
-            for obj in left.downgraded:
-                obj._detach(left.hold)
+            for detach in left.downgraded:
+                detach(left.hold)
             return
         try:
             await self._delete_held(left.hold)
         finally:
             gate.released()
-            for obj in left.objects:
-                obj._detach(left.hold)
+            for detach in left.detach:
+                detach(left.hold)
 
     def cancel(self) -> None:
         """Make pending acquires of this object return False (``async with``/``hold()`` raise
@@ -405,10 +402,8 @@ class Lock(HeldView, Reporter):
 
     # -- state ---------------------------------------------------------------------------------------
     def _attach(self, hold: Hold) -> None:
-        with self._gate.cond:
-            if self in self._gate.objects:
-                return
-            self._gate.objects.add(self)
+        if not self._gate.attach(self, self._kind, self._detach):
+            return
         listener = self._attached[hold] = functools.partial(self._told, hold)
         hold.add_listener(listener)
         self._on_hold(hold, hold.state)
@@ -454,16 +449,14 @@ class Lock(HeldView, Reporter):
             raise LockError(f"{self.path} is not held by the calling task")
         return self._check_now(hold, "hold")
 
-    def transaction(self) -> "HeldTransaction":
+    def transaction(self) -> HeldTransaction:
         """A kazoo transaction that commits only while the calling task's hold lives:
         ``await tx.commit()`` (see :class:`zkrecipes.aio.HeldTransaction`). LockError if this task does
         not hold the lock."""
-        from .transaction import HeldTransaction
-
         hold = self._my_hold()
         if hold is None:
             raise LockError(f"{self.path} is not held by the calling task")
-        return HeldTransaction(self, hold)
+        return HeldTransaction(self.client, self.path, hold, self._check_hold)
 
     def __repr__(self) -> str:
         return f"<aio.{type(self).__name__} {self.path!r} state={self._state}>"
@@ -554,14 +547,3 @@ class ReadWriteLock(NamedInit):
 
     def __repr__(self) -> str:
         return f"<aio.ReadWriteLock {self.path!r} read={self._read.state} write={self._write.state}>"
-
-
-# -- for held transactions, which follow an asyncio object's hold from their own module -------------
-def core_of(owner: Reporter) -> Participant:
-    """The threaded participant that validated ``owner``'s settings and makes its holds."""
-    return owner._core
-
-
-async def check_hold(owner: Reporter, hold: Hold, what: str) -> None:
-    """Raise LockLost unless ``owner``'s ``hold`` is certain, confirming it with an awaited read."""
-    await owner._check_hold(hold, what)

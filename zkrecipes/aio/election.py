@@ -173,7 +173,7 @@ class LeaderElection(TermView, Reporter):
         hold = self._hold
         if hold is None:
             raise LockLost(f"{self.path}: not the leader")
-        return HeldTransaction(self, hold)
+        return HeldTransaction(self.client, self.path, hold, self._check_hold)
 
     async def contenders(self) -> List[Contender]:
         """Candidates in queue order (the first is the leader)."""

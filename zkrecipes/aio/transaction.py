@@ -4,15 +4,10 @@ awaited (kazoo's reply is handed to the loop like every other request of :mod:`z
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, List, NoReturn, Optional
+from typing import Any, List, NoReturn, Optional
 
 from .._fence import Fenced
-from ..session import Hold
 from . import _driver
-from . import _lock as _aio_lock
-
-if TYPE_CHECKING:
-    from ._lock import Reporter
 
 
 class HeldTransaction(Fenced):
@@ -28,14 +23,10 @@ class HeldTransaction(Fenced):
     connection lost then, an unknown outcome.
     """
 
-    def __init__(self, owner: "Reporter", hold: Hold) -> None:
-        super().__init__(_aio_lock.core_of(owner), hold)
-        self._reporter = owner
-
     async def commit(self) -> List[Any]:
         """Commit while the hold lives: kazoo's results; LockLost or TransactionFailed with nothing applied."""
         self._refuse_released()
-        await _aio_lock.check_hold(self._reporter, self._hold, "hold")  # refuse before sending, as the threaded commit
+        await self._check(self._hold, "hold")  # refuse before sending, as the threaded commit
         sent = self._send()
         if not sent.ready():
             await _driver.bridge(asyncio.get_running_loop(), sent)

@@ -1,4 +1,5 @@
-"""Child processes that cannot outlive the process that started them (used by the kit, the lab and bench)."""
+"""Child processes that cannot outlive the process that started them (used by the kit, the lab and bench),
+and the error when the program a child would run (ZooKeeper, java, a TLS tool) is not installed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import ctypes
 import signal
 
 _PR_SET_PDEATHSIG = 1
+
+
+class ZooKeeperNotFound(RuntimeError):
+    """No ZooKeeper server install (jar) or no ``java`` could be found on this machine."""
 
 
 def die_with_parent() -> None:

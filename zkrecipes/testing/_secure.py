@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import Dict, List, Mapping
 
+from ._proc import ZooKeeperNotFound
+
 STORE_PASSWORD = "zkrecipes-test"  # protects throwaway stores in a private temporary directory
 
 # The Netty connection factory is what serves TLS; it needs these jars next to zookeeper.jar.
@@ -54,8 +56,6 @@ class TlsFiles:
 
 
 def _tool(name: str) -> str:
-    from .ensemble import ZooKeeperNotFound
-
     path = shutil.which(name)
     if path is None:
         raise ZooKeeperNotFound(f"a TLS ensemble needs '{name}' on PATH (Debian: apt-get install -y "

@@ -24,7 +24,7 @@ import weakref
 from typing import IO, Dict, List, Mapping, Optional, Sequence
 
 from . import _secure as secure
-from ._proc import die_with_parent
+from ._proc import ZooKeeperNotFound, die_with_parent
 
 log = logging.getLogger("zkrecipes.testing.ensemble")
 
@@ -35,10 +35,6 @@ INSTALL_HINT = (
     "or run an ensemble with 'docker compose -f docker/docker-compose.yml up -d' and set "
     "ZK_HOSTS=127.0.0.1:2181,127.0.0.1:2182,127.0.0.1:2183"
 )
-
-
-class ZooKeeperNotFound(RuntimeError):
-    """No ZooKeeper server install (jar) or no ``java`` could be found on this machine."""
 
 
 def find_classpath() -> str:
