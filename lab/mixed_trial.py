@@ -303,7 +303,7 @@ def check(path: str) -> dict:
                                                       "why": "an operation was rejected, yet the node was ours"})
 
     # orphans of the shared path, by who made the node; and each half's own final leftovers
-    from zkrecipes import protocols
+    from zkrecipes import formats
 
     left = set()
     for e in nemesis:
@@ -315,8 +315,8 @@ def check(path: str) -> dict:
             if e["ev"] == "final" and pid_side.get(e["pid"]) == side:
                 mine.update(e.get("own_nodes", []))
         for n in left:
-            found = protocols.identify(n.rsplit("/", 1)[-1])
-            if found is not None and found.protocol == protocols.ZKRECIPES:
+            found = formats.identify(n.rsplit("/", 1)[-1])
+            if found is not None and found.format == formats.ZKRECIPES:
                 continue  # a default-format node: the refusal fleet's
             if (found is not None and found.ours) == side.endswith("-zk"):
                 mine.add(n)
@@ -335,7 +335,7 @@ def check(path: str) -> dict:
 
 
 def _check_refusal(events: list, nemesis: list, left: set) -> dict:
-    from zkrecipes import protocols
+    from zkrecipes import formats
 
     mine = [e for e in events if e.get("impl") == "mk-refusal"]
     attempts = sum(1 for e in mine if e["ev"] == "acquire")
@@ -345,7 +345,7 @@ def _check_refusal(events: list, nemesis: list, left: set) -> dict:
     grants = sum(1 for e in mine if e["ev"] == "grant")
     pids = {e["pid"] for e in mine}
     orphans = sorted({n for e in events if e["ev"] == "final" and e["pid"] in pids for n in e.get("own_nodes", [])}
-                     | {n for n in left if protocols.own(n.rsplit("/", 1)[-1]) is not None})
+                     | {n for n in left if formats.own(n.rsplit("/", 1)[-1]) is not None})
     crashes = [e.get("error") for e in events if e["ev"] == "crash" and e["pid"] in pids]
     failed = []
     if attempts == 0:

@@ -4,7 +4,7 @@ on CLOCK_MONOTONIC (``time.monotonic()`` in Python, ``System.nanoTime()`` in Jav
 
 Used by tests/test_interop.py; run as a script for the before/after figures of issue 13:
 ``.venv/bin/python tests/interop.py [--holds 60] [--zkrecipes-from DIR]`` (DIR: another checkout's root,
-e.g. the code before protocols existed).
+e.g. the code before node formats existed).
 """
 
 from __future__ import annotations
@@ -142,9 +142,9 @@ def curator_worker(classpath: str, hosts: str, path: str, recipes: Sequence[str]
 
 
 def sequence_of(node: str) -> int:
-    from zkrecipes import protocols
+    from zkrecipes import formats
 
-    found = protocols.identify(node)
+    found = formats.identify(node)
     if found is None:
         raise ValueError(f"hold on a node of no known format: {node!r}")
     return found.node.sequence

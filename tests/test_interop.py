@@ -18,7 +18,7 @@ import interop
 import pytest
 from lockhelpers import Acquirer, children, wait_until
 
-from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, protocols
+from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, formats
 
 HOLDS = 52  # per mix: at least 50
 
@@ -165,7 +165,7 @@ def test_default_protocol_refuses_a_path_with_foreign_nodes(request, zk, hosts, 
         msg = str(err.value)
         assert f"protocol='{lib}'" in msg and ("kazoo Lock" if lib == "kazoo" else "Curator InterProcessMutex") in msg
         assert "refusing to queue with protocol='zkrecipes'" in msg
-        assert [n for n in children(zk, "/shared") if protocols.own(n)] == []  # our node was deleted
+        assert [n for n in children(zk, "/shared") if formats.own(n)] == []  # our node was deleted
         assert obj.state == "idle"
     finally:
         w.stop()
@@ -189,7 +189,7 @@ def test_default_protocol_refuses_a_foreign_node_that_joins_while_it_waits(zk, z
         assert m.wait() is False
         with pytest.raises(LockError, match="kazoo Lock"):
             waiter.wait()
-        assert not [n for n in children(zk, "/shared") if protocols.own(n) and n != holder.node.rsplit("/", 1)[1]]
+        assert not [n for n in children(zk, "/shared") if formats.own(n) and n != holder.node.rsplit("/", 1)[1]]
     finally:
         holder.release()
         k.wait_line("done", 30)

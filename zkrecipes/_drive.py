@@ -1,4 +1,4 @@
-"""The blocking driver: runs a :mod:`~zkrecipes._protocol` generator on the calling thread.
+"""The blocking driver: runs a :mod:`~zkrecipes._engine` generator on the calling thread.
 
 Requests go out through kazoo's async API (the create and its listing pipelined by the seam); the
 thread waits on their results and on one ``threading.Event`` that watch notifications, session events
@@ -26,8 +26,8 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.security import ACL
 
-from . import _kazoo, protocols, retry
-from ._protocol import (
+from . import _kazoo, formats, retry
+from ._engine import (
     PAUSE,
     SESSION,
     SLEEP,
@@ -37,9 +37,9 @@ from ._protocol import (
     DeadlinePassed,
     Delete,
     MakeParents,
-    Proto,
+    Steps,
     Read,
-    Send,
+    CreateAndList,
     T,
     Watch,
 )
@@ -52,7 +52,7 @@ log = logging.getLogger("zkrecipes.engine")
 _no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server has no containers
 
 
-class Watches:
+class WatchState:
     """What one acquire knows of its watches and its session, the same for both drivers (no I/O but
     removing watches): the paths watched, the deletions seen, the session subscription (made only once
     the acquire has to wait) and the staleness test. A driver supplies ``client``, ``_on_watch`` (kazoo's
@@ -89,7 +89,7 @@ class Watches:
             self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
             self._deleted_at = time.monotonic()
 
-    def _told(self) -> bool:
+    def _deletion_seen(self) -> bool:
         """A watched path is already known deleted: SLEEP answers at once."""
         return bool(self._watched & self._deleted)
 
@@ -126,7 +126,7 @@ class Watches:
             self._session = None
 
 
-class Driver(Watches):
+class Driver(WatchState):
     """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries.
 
     Built per acquire, so it is kept cheap: the wake-up Event and the session subscription are made
@@ -166,15 +166,15 @@ class Driver(Watches):
             wake = self.wake = threading.Event()
         return wake
 
-    def run(self, proto: Proto[T]) -> T:
-        """Drive ``proto`` to its end: its return value, or its exception (after its cleanup ran)."""
+    def run(self, steps: Steps[T]) -> T:
+        """Drive ``steps`` to its end: its return value, or its exception (after its cleanup ran)."""
         send: Any = None
         error: Optional[BaseException] = None
         ops = _OPS
         try:
             while True:
                 try:
-                    op = proto.throw(error) if error is not None else proto.send(send)
+                    op = steps.throw(error) if error is not None else steps.send(send)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 error = None
@@ -184,7 +184,7 @@ class Driver(Watches):
                 try:
                     handler = ops.get(type(op))
                     send = handler(self, op) if handler is not None else self._plain(op)
-                except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the protocol cleans up
+                except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
                     send, error = None, exc
         finally:
             self.close()
@@ -202,10 +202,10 @@ class Driver(Watches):
         if op is UNWATCH:
             self.unwatch()
             return None
-        raise TypeError(f"unknown protocol request {op!r}")
+        raise TypeError(f"unknown engine step {op!r}")
 
     # -- the requests -------------------------------------------------------------------------------
-    def _send(self, op: Send) -> Tuple[Any, Any, Optional[int]]:
+    def _send(self, op: CreateAndList) -> Tuple[Any, Any, Optional[int]]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
@@ -308,7 +308,7 @@ class Driver(Watches):
         raises at the deadline, on a cancel, or at once for a non-blocking attempt."""
         wake = self._wake()
         self.check()
-        if not self._told():
+        if not self._deletion_seen():
             if self.nowait:
                 raise DeadlinePassed()
             while not wake.wait(0.5 if self.deadline is None else max(0.0, min(0.5, self.deadline - time.monotonic()))):
@@ -324,7 +324,7 @@ def client_closed(path: str) -> ClientClosed:
 
 
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
-    Send: Driver._send,
+    CreateAndList: Driver._send,
     Read: Driver._read,
     MakeParents: Driver._make_parents,
     Watch: Driver._watch,
@@ -461,7 +461,7 @@ def contenders(client: KazooClient, path: str) -> List[Contender]:
     """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
     in any format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors propagate."""
     try:
-        nodes = protocols.sort_any(client.get_children(path))
+        nodes = formats.sort_any(client.get_children(path))
     except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
         return []
     pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]
@@ -471,5 +471,5 @@ def contenders(client: KazooClient, path: str) -> List[Contender]:
             data, _ = ar.get()
         except NoNodeError:
             continue
-        out.append(protocols.contender(found, n, data))
+        out.append(formats.contender(found, n, data))
     return out

@@ -1,4 +1,4 @@
-"""The in-process gate under every lock, one per (client, path, family).
+"""The in-process gate under every lock, one per (client, path, key).
 
 Owners of one process (threads; tasks for an asyncio front) share one ZooKeeper hold per gate: one
 writer (reentrant, counted) or any number of readers behind a single ``R`` node. Only one owner at a
@@ -71,7 +71,7 @@ class Counts:
 Detach = Callable[[Any], None]  # a lock object's own way to stop following a hold: ``detach(hold)``
 
 
-class Left(NamedTuple):
+class LeaveResult(NamedTuple):
     """What :meth:`Gate.leave` leaves to do: delete the hold's node (``last``) and detach every attached
     object (``detach``), or detach the objects of a side that is no longer held (``downgraded``)."""
 
@@ -83,7 +83,7 @@ class Left(NamedTuple):
 
 @dataclass(eq=False)
 class Gate:
-    """Local state of one (client, path, family): who holds what, and the shared hold."""
+    """Local state of one (client, path, key): who holds what, and the shared hold."""
 
     path: str
     mutex: Any = field(default_factory=threading.RLock, repr=False)  # guards every field below
@@ -156,7 +156,7 @@ class Gate:
             if self.line or self.wakers:
                 self.changed()
 
-    def leave(self, me: Owner, kind: str) -> Left:
+    def leave(self, me: Owner, kind: str) -> LeaveResult:
         """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
         busy (``last``): the caller deletes the node, then calls :meth:`released`."""
         with self.mutex:
@@ -178,12 +178,12 @@ class Gate:
                     self.mode = READ  # downgrade: our write node stays until the reads are released
                     downgraded = self._detach_side(WRITE)
                 self.changed()
-                return Left(False, self.hold, [], downgraded)
+                return LeaveResult(False, self.hold, [], downgraded)
             hold, detach = self.hold, [d for _, d in self.objects.values()]
             self.hold, self.mode, self.objects, self.busy = None, None, {}, True
-            return Left(True, hold, detach, [])
+            return LeaveResult(True, hold, detach, [])
 
-    def drop(self, me: Owner) -> Optional[Left]:
+    def drop(self, me: Owner) -> Optional[LeaveResult]:
         """Forget every level ``me`` holds, both sides (its owner ended: nobody can release them now);
         None if it holds nothing. As :meth:`leave`: a ``last`` result leaves the gate busy until
         :meth:`released`."""
@@ -201,10 +201,10 @@ class Gate:
                     self.mode = READ
                     downgraded = self._detach_side(WRITE)
                 self.changed()
-                return Left(False, self.hold, [], downgraded)
+                return LeaveResult(False, self.hold, [], downgraded)
             hold, detach = self.hold, [d for _, d in self.objects.values()]
             self.hold, self.mode, self.objects, self.busy = None, None, {}, True
-            return Left(True, hold, detach, [])
+            return LeaveResult(True, hold, detach, [])
 
     def _detach_side(self, kind: str) -> List[Detach]:
         """Forget the objects attached to side ``kind``: their ``detach``, for the caller to call."""
@@ -312,7 +312,7 @@ class Gate:
             wake()
 
 
-# Gates live while a lock object refers to one or a hold pins it (Hold.pin): a service that locks a
+# Gates live while a lock object refers to one or a hold pins it (Hold.gate): a service that locks a
 # million keys keeps only the gates of the locks it has now.
 _gates: "weakref.WeakKeyDictionary[KazooClient, weakref.WeakValueDictionary[Tuple[str, str], Gate]]" = (
     weakref.WeakKeyDictionary()
@@ -320,13 +320,13 @@ _gates: "weakref.WeakKeyDictionary[KazooClient, weakref.WeakValueDictionary[Tupl
 _lock = threading.Lock()
 
 
-def gate(client: KazooClient, path: str, family: str) -> Gate:
-    """The gate for ``(client, path, family)``, shared by every lock object of this process."""
+def gate(client: KazooClient, path: str, key: str) -> Gate:
+    """The gate for ``(client, path, key)``, shared by every lock object of this process."""
     with _lock:
         per_client = _gates.get(client)
         if per_client is None:
             per_client = _gates[client] = weakref.WeakValueDictionary()
-        g = per_client.get((path, family))
+        g = per_client.get((path, key))
         if g is None:
-            g = per_client[(path, family)] = Gate(path)
+            g = per_client[(path, key)] = Gate(path)
         return g

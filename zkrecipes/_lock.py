@@ -1,8 +1,8 @@
 """The public lock API shared by every recipe: acquire/release, state, listeners, check, fencing token.
 
 A recipe declares its node kind (``_kind``), its wait-rule (``_rule``) and, if it is not a queue, its
-protocol (``_protocol``); the local gate (:mod:`zkrecipes._gate`), deadlines, cancel and session-state
-reporting live here once, and the waiting loop once in :mod:`zkrecipes._protocol`.
+steps (``_steps``: :func:`zkrecipes._engine.race` for ExclusiveLock); the local gate (:mod:`zkrecipes._gate`), deadlines, cancel and session-state
+reporting live here once, and the waiting loop once in :mod:`zkrecipes._engine`.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import threading
 import time
 from typing import Callable, Iterator, List, Literal, Optional, Set, Tuple
 
-from . import _gate, _kazoo, _protocol, _reaper, naming
+from . import _gate, _kazoo, _engine, _reaper, naming
 from ._drive import Driver
 from ._gate import Entered, Gate
 from ._participant import Participant
-from ._protocol import Cancelled, DeadlinePassed, Entry, Proto
+from ._engine import Cancelled, DeadlinePassed, Entry, Steps
 from .errors import LockCancelled, LockError, LockTimeout
 from .naming import QueueNode
 from .session import HELD, LOST, Hold
@@ -80,21 +80,21 @@ class Lock(HeldView, Participant):
     """Base of every zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
     _kind = naming.WRITE
-    _family = "queue"
+    _gate_key = "queue"
     _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
 
     def _setup(self) -> None:
-        self._gate: Gate = _gate.gate(self.client, self.path, self._family)
+        self._gate: Gate = _gate.gate(self.client, self.path, self._gate_key)
         self._cancel = threading.Event()
         self._drivers: Set[Driver] = set()
 
     # -- what a recipe declares ----------------------------------------------------------------------
-    _rule: "Callable[..., _protocol.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
+    _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
 
-    def _protocol(self) -> Proto[Entry]:
-        proto = self._proto
-        prefix, data, guid = proto.node(self.host, self._kind, self.identifier)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, protocol=proto, seen=self._seen)
+    def _steps(self) -> Steps[Entry]:
+        fmt = self._format
+        prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -136,7 +136,7 @@ class Lock(HeldView, Participant):
             return True
         if entered is None:
             return False
-        return self._acquire_zk(me, blocking, deadline)
+        return self._acquire_node(me, blocking, deadline)
 
     def _reap(self, me: threading.Thread) -> None:
         """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`);
@@ -158,9 +158,9 @@ class Lock(HeldView, Participant):
             names = self.client.get_children_async(self.path).get(timeout=limit)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        self._gate.look_behind(hold, self._proto.parse(hold.node.rsplit("/", 1)[1]), self._proto.sort(names))
+        self._gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names))
 
-    def _acquire_zk(self, me: threading.Thread, blocking: bool, deadline: Optional[float]) -> bool:
+    def _acquire_node(self, me: threading.Thread, blocking: bool, deadline: Optional[float]) -> bool:
         if self.lost.is_set():
             self.lost.clear()
         self._set_state(WAITING)
@@ -169,7 +169,7 @@ class Lock(HeldView, Participant):
         self._drivers.add(driver)
         hold = None
         try:
-            entry = driver.run(self._protocol())
+            entry = driver.run(self._steps())
             hold = self._make_hold(entry, self._gate, self._on_hold)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
@@ -287,8 +287,8 @@ class Lock(HeldView, Participant):
 
 # -- for the asyncio front, whose locks drive a threaded lock's declarations on their loop ------------
 def declared(lock: Lock) -> Tuple[str, str]:
-    """``lock``'s recipe declarations: its node kind and its gate family."""
-    return lock._kind, lock._family
+    """``lock``'s recipe declarations: its node kind and its gate key (which lock objects share a gate)."""
+    return lock._kind, lock._gate_key
 
 
 def on_ahead(lock: Lock, fn: Optional[Callable[[int], None]]) -> None:
@@ -298,6 +298,6 @@ def on_ahead(lock: Lock, fn: Optional[Callable[[int], None]]) -> None:
     lock._seen = fn
 
 
-def acquire_protocol(lock: Lock) -> Proto[Entry]:
-    """A new acquire protocol for ``lock`` (its recipe's rule and node format)."""
-    return lock._protocol()
+def acquire_steps(lock: Lock) -> Steps[Entry]:
+    """The acquire steps for ``lock`` (its recipe's rule and node format)."""
+    return lock._steps()

@@ -11,10 +11,10 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _drive, _kazoo, naming, protocols
+from . import _drive, _kazoo, naming, formats
 from . import retry as _retry  # the keyword argument is called retry
 from ._gate import in_doubt
-from ._protocol import Entry, owns
+from ._engine import Entry, owns
 from ._signature import NamedInit
 from .errors import LockLost
 from .naming import Contender
@@ -29,7 +29,7 @@ Listener = Callable[[Any, str], None]
 class Participant(NamedInit):
     """Validates the shared constructor arguments (before any ZooKeeper call) and follows its holds."""
 
-    _format = "lock"  # the recipe family of its node format (:mod:`zkrecipes.protocols`)
+    _recipe = "lock"  # what its node format is for (:data:`zkrecipes.formats.RECIPES`)
 
     def __init__(
         self,
@@ -41,7 +41,7 @@ class Participant(NamedInit):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         if not isinstance(client, KazooClient):
             raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
@@ -52,8 +52,8 @@ class Participant(NamedInit):
             raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
         if not isinstance(tolerate_suspended, bool):
             raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
-        self._proto = protocols.get(protocol, self._format)  # the node format: names, data, who we queue with
-        self.protocol = self._proto.name
+        self._format = formats.get(protocol, self._recipe)  # the node format: names, data, who we queue with
+        self.protocol = self._format.name
         self.client = client
         _kazoo.nudger.attend(client)  # replies a server sits on are nudged on this client's connection
         self.acl: Optional[List[ACL]] = list(acl) if acl else None
@@ -104,14 +104,14 @@ class Participant(NamedInit):
                 self._listeners.remove(fn)
 
     # -- the hold lifecycle --------------------------------------------------------------------------
-    def _make_hold(self, entry: Entry, pin: object = None, listener: Optional[Callable[[str], None]] = None) -> Hold:
-        """Follow our granted node; ``pin`` lives as long as the hold (a lock's local gate); ``listener`` is
+    def _make_hold(self, entry: Entry, gate: object = None, listener: Optional[Callable[[str], None]] = None) -> Hold:
+        """Follow our granted node; ``gate`` (a lock's local gate) lives as long as the hold; ``listener`` is
         told its changes."""
         watcher = self._watcher
         if watcher is None:
             watcher = self._watcher = SessionWatcher.of(self.client)
         hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
-        hold.pin = pin
+        hold.gate = gate
         if _kazoo.session_id(self.client) != entry.session:
             hold.settle()  # the connection dropped, or the session ended, while we were granted
         return hold
@@ -172,11 +172,11 @@ def delete_hold(hold: Hold, policy: Optional[tenacity.Retrying]) -> None:
         hold.close()
 
 
-def make_hold(p: Participant, entry: Entry, pin: object = None) -> Hold:
+def make_hold(p: Participant, entry: Entry, gate: object = None) -> Hold:
     """Follow ``p``'s granted node (see :meth:`Participant._make_hold`)."""
-    return p._make_hold(entry, pin)
+    return p._make_hold(entry, gate)
 
 
-def node_format(p: Participant) -> Tuple[protocols.Protocol, List[ACL]]:
+def node_format(p: Participant) -> Tuple[formats.NodeFormat, List[ACL]]:
     """``p``'s node format and the ACL applied to every node it makes."""
-    return p._proto, p._acl
+    return p._format, p._acl

@@ -409,7 +409,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
-    from . import naming, protocols
+    from . import naming, formats
 
     try:
         children = client.get_children(path)
@@ -418,14 +418,14 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     now = time.time()
     rows: List[Dict[str, Any]] = []
     writer_ahead = False
-    for pos, (found, node) in enumerate(protocols.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
+    for pos, (found, node) in enumerate(formats.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
         try:
             data, stat = client.get(f"{path}/{node.name}")
         except NoNodeError:  # left between the listing and the read
             continue
         d = naming.read_data(data)
-        if found is not None and found.protocol != protocols.ZKRECIPES:  # kazoo/Curator: the id is the data
-            d = {"id": protocols.contender(found, node, data).identifier}
+        if found is not None and found.format != formats.ZKRECIPES:  # kazoo/Curator: the id is the data
+            d = {"id": formats.contender(found, node, data).identifier}
         if node.kind == naming.READ:
             holding = not writer_ahead
         elif node.kind == naming.LEASE:  # a semaphore's lease: held while fewer than N are ahead
@@ -434,7 +434,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
             holding = pos == 0
             writer_ahead = True
         rows.append(_row(len(rows), node.name, node.kind, d, node.host, now - stat.ctime / 1000.0, holding))
-        rows[-1]["protocol"] = protocols.label(found)
+        rows[-1]["protocol"] = formats.label(found)
         if node.kind == naming.LEASE:
             rows[-1]["leases"] = node.leases
     if "lock" in children:

@@ -19,11 +19,11 @@ from typing import Any, Callable, List, Literal, Optional, TypeVar
 
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
-from . import _drive, _protocol, naming, retry
+from . import _drive, _engine, naming, retry
 from ._drive import Driver
 from ._lock import predecessor
 from ._participant import Participant
-from ._protocol import Cancelled, DeadlinePassed, Entry, Proto
+from ._engine import Cancelled, DeadlinePassed, Entry, Steps
 from .errors import LockCancelled, LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold
@@ -80,7 +80,7 @@ class LeaderElection(TermView, Participant):
     Unlike a lock, :meth:`resign` and :meth:`cancel` may be called from any thread.
     """
 
-    _format = "election"
+    _recipe = "election"
 
     def _setup(self) -> None:
         self._lock = threading.Lock()
@@ -90,11 +90,11 @@ class LeaderElection(TermView, Participant):
         self._notify = threading.RLock()
 
     # -- campaigning -------------------------------------------------------------------------------
-    def _protocol(self) -> Proto[Entry]:
+    def _steps(self) -> Steps[Entry]:
         """A candidate's queue: the predecessor rule, our node read back before we lead."""
-        prefix, data, guid = self._proto.node(self.host, naming.WRITE, self.identifier)
-        return _protocol.acquire(
-            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, protocol=self._proto
+        prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
+        return _engine.acquire(
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format
         )
 
     def campaign(self, timeout: Optional[float] = None) -> bool:
@@ -123,7 +123,7 @@ class LeaderElection(TermView, Participant):
         self._set_state(CANDIDATE)
         entry = hold = withdrawn = None
         try:
-            entry = driver.run(self._protocol())
+            entry = driver.run(self._steps())
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -324,6 +324,6 @@ class LeaderWatch:
             self._thread.join(timeout)
 
 
-def campaign_protocol(election: LeaderElection) -> Proto[Entry]:
-    """A new campaign protocol for ``election`` (for the asyncio front, which drives it on its loop)."""
-    return election._protocol()
+def campaign_steps(election: LeaderElection) -> Steps[Entry]:
+    """The campaign steps for ``election`` (for the asyncio front, which drives it on its loop)."""
+    return election._steps()

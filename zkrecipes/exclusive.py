@@ -6,9 +6,9 @@ from typing import List
 
 from kazoo.exceptions import NoNodeError
 
-from . import _protocol, naming
+from . import _engine, naming
 from ._lock import Lock
-from ._protocol import Entry, Proto
+from ._engine import Entry, Steps
 from .naming import Contender
 
 NODE = "lock"
@@ -23,13 +23,13 @@ class ExclusiveLock(Lock):
     prefer FairLock beyond that.
     """
 
-    _family = "exclusive"
-    _format = "exclusive"  # zkrecipes' own format only
+    _gate_key = "exclusive"
+    _recipe = "exclusive"  # zkrecipes' own format only
 
-    def _protocol(self) -> Proto[Entry]:
+    def _steps(self) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
-        return _protocol.race(self.path, self._acl, NODE, data, guid, self._seen)
+        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen)
 
     def contenders(self) -> List[Contender]:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]. Connection errors

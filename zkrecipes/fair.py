@@ -15,7 +15,7 @@ class FairLock(Lock):
     every node it creates, container parents included), ``retry=`` (a ``tenacity.Retrying`` for
     transient errors), ``tolerate_suspended=`` and ``protocol=`` (the node format: ``"zkrecipes"``, or
     ``"kazoo"`` / ``"curator"`` to share the path with kazoo's ``Lock`` or Curator's ``InterProcessMutex``,
-    see :doc:`/migrating-kazoo` and :doc:`/curator`). A queue holding a node this protocol cannot queue
+    see :doc:`/migrating-kazoo` and :doc:`/curator`). A queue holding a node this node format cannot queue
     with makes ``acquire`` raise :class:`~zkrecipes.LockError` naming its format (our node deleted).
 
     Guarantees: grants follow queue order; a release wakes exactly one waiter (each watches only its

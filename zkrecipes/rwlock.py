@@ -8,7 +8,7 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import naming, protocols
+from . import naming, formats
 from ._signature import NamedInit
 from .fair import FairLock
 from .naming import Contender, QueueNode
@@ -34,7 +34,7 @@ class ReadLock(FairLock):
     """
 
     _kind = naming.READ
-    _format = "rw"
+    _recipe = "rw"
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         return nearest_writer(ahead, me)
@@ -44,7 +44,7 @@ class WriteLock(FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
     _kind = naming.WRITE  # wait-rule: predecessor, as FairLock
-    _format = "rw"
+    _recipe = "rw"
 
 
 class ReadWriteLock(NamedInit):
@@ -70,7 +70,7 @@ class ReadWriteLock(NamedInit):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         self._read = ReadLock(
             client, path, identifier, host=host, acl=acl, retry=retry,

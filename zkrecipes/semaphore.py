@@ -11,10 +11,10 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import _gate, _protocol, _reaper, naming, protocols
+from . import _gate, _engine, _reaper, naming, formats
 from ._gate import Gate
 from ._lock import IDLE, WAITING, Lock, LockState
-from ._protocol import Blockers, Entry, Proto
+from ._engine import Blockers, Entry, Steps
 from .errors import LockError
 from .naming import QueueNode
 
@@ -53,7 +53,7 @@ class Semaphore(Lock):
     out -- give each worker thread its own Semaphore object (cheap) if it needs its own.
     """
 
-    _format = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
+    _recipe = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
 
     _kind = naming.LEASE
 
@@ -68,7 +68,7 @@ class Semaphore(Lock):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         self.max_leases = naming.validate_max_leases(max_leases)
         super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
@@ -102,11 +102,11 @@ class Semaphore(Lock):
                             f"{ahead[0].leases} (node {ahead[0].name})")
         return nearest_leases(ahead, me)
 
-    def _protocol(self) -> Proto[Entry]:
+    def _steps(self) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _protocol.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take a lease; True once held. As :meth:`FairLock.acquire <zkrecipes.FairLock.acquire>`:

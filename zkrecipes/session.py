@@ -268,7 +268,7 @@ class Hold:
     Listeners are told each change on the dispatcher thread (or the caller of :meth:`mark_lost`)."""
 
     __slots__ = (
-        "client", "node", "token", "session", "state", "releasing", "released", "pin", "verified_at", "_verify",
+        "client", "node", "token", "session", "state", "releasing", "released", "gate", "verified_at", "_verify",
         "_cleanup", "_listeners", "_lock", "_watcher", "__weakref__",
     )  # one per acquire: no per-instance dict
 
@@ -290,7 +290,7 @@ class Hold:
         self.state = HELD
         self.releasing = False  # its owner is deleting the node: that delete, not a reconnection read, decides
         self.released = False
-        self.pin: object = None  # kept alive as long as the hold (a lock's local gate)
+        self.gate: object = None  # kept alive as long as the hold (a lock's local gate)
         self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
         self._verify = verify
         self._cleanup = cleanup

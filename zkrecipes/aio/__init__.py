@@ -1,6 +1,6 @@
 """zkrecipes for asyncio: ``async with aio.FairLock(zk, path):`` -- task-owned holds, no thread per waiter.
 
-The same recipes, nodes, wait-rules and protocol as the threaded classes (they interoperate across
+The same recipes, nodes, wait-rules and node formats as the threaded classes (they interoperate across
 processes), driven on the event loop: kazoo's replies and watch notifications are handed to the loop
 with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a thread. Pass a started
 ``KazooClient`` with its default threading handler.

@@ -1,10 +1,10 @@
-"""The asyncio driver: runs the same :mod:`~zkrecipes._protocol` generators as the blocking driver.
+"""The asyncio driver: runs the same :mod:`~zkrecipes._engine` generators as the blocking driver.
 
 kazoo keeps its own threads (the default threading handler); its replies and watch notifications are
 handed to the event loop with ``loop.call_soon_threadsafe`` and complete plain futures that the
 acquiring task awaits. No thread per waiting task: a waiter is one suspended coroutine. The deadline
 and :meth:`AioDriver.interrupt` (``cancel()``) fail the future being awaited; a task cancel lands as
-``CancelledError`` and is thrown into the protocol like any other exit, which then deletes its node.
+``CancelledError`` and is thrown into the steps like any other exit, which then deletes its node.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
-from .. import _drive, _kazoo, protocols, retry
-from .._protocol import (
+from .. import _drive, _kazoo, formats, retry
+from .._engine import (
     PAUSE,
     SESSION,
     SLEEP,
@@ -29,9 +29,9 @@ from .._protocol import (
     DeadlinePassed,
     Delete,
     MakeParents,
-    Proto,
+    Steps,
     Read,
-    Send,
+    CreateAndList,
     T,
     Watch,
 )
@@ -77,7 +77,7 @@ async def result(ar: _kazoo.AsyncResult) -> Any:
     return ar.get(block=False)
 
 
-class AioDriver(_drive.Watches):
+class AioDriver(_drive.WatchState):
     """One acquire's requests, wake-ups (watch, session events, cancel), deadline and retries, on a loop."""
 
     def __init__(
@@ -103,27 +103,27 @@ class AioDriver(_drive.Watches):
         if deadline is not None:
             self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self.interrupt, DeadlinePassed)
         self._ops: Dict[type, Callable[[Any], Any]] = {
-            Send: self._send,
+            CreateAndList: self._send,
             Read: self._read,
             MakeParents: self._make_parents,
             Watch: self._watch,
             Delete: self._delete,
         }
 
-    async def run(self, proto: Proto[T]) -> T:
-        """Drive ``proto`` to its end: its return value, or its exception (after its cleanup ran)."""
+    async def run(self, steps: Steps[T]) -> T:
+        """Drive ``steps`` to its end: its return value, or its exception (after its cleanup ran)."""
         send: Any = None
         error: Optional[BaseException] = None
         try:
             while True:
                 try:
-                    op = proto.throw(error) if error is not None else proto.send(send)
+                    op = steps.throw(error) if error is not None else steps.send(send)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 send, error = None, None
                 try:
                     send = await self._do(op)
-                except BaseException as exc:  # deadline, cancel, CancelledError too: the protocol cleans up
+                except BaseException as exc:  # deadline, cancel, CancelledError too: the steps clean up
                     error = exc
         finally:
             self.close()
@@ -149,7 +149,7 @@ class AioDriver(_drive.Watches):
         if op is UNWATCH:
             self.unwatch()
             return None
-        raise TypeError(f"unknown protocol request {op!r}")
+        raise TypeError(f"unknown engine step {op!r}")
 
     # -- interrupting and waiting ----------------------------------------------------------------
     def interrupt(self, why: Callable[[], BaseException]) -> None:
@@ -200,7 +200,7 @@ class AioDriver(_drive.Watches):
 
     async def _sleep_for_deletion(self) -> FrozenSet[str]:
         """SLEEP: the watched paths deleted (at once if some already are), else wait for a wake-up."""
-        if self._told():
+        if self._deletion_seen():
             self.check()
             self._woken = False  # told already: the wake-up is used up
         else:
@@ -217,7 +217,7 @@ class AioDriver(_drive.Watches):
         self.check()
 
     # -- the requests ----------------------------------------------------------------------------
-    async def _send(self, op: Send) -> Tuple[Any, Any, Optional[int]]:
+    async def _send(self, op: CreateAndList) -> Tuple[Any, Any, Optional[int]]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
@@ -380,7 +380,7 @@ async def delete(
 async def contenders(client: KazooClient, path: str) -> List[Contender]:
     """:func:`zkrecipes._drive.contenders` on the loop: every node of the queue in order, with its data."""
     try:
-        nodes = protocols.sort_any(await result(client.get_children_async(path)))
+        nodes = formats.sort_any(await result(client.get_children_async(path)))
     except NoNodeError:
         return []
     pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]  # pipelined
@@ -390,5 +390,5 @@ async def contenders(client: KazooClient, path: str) -> List[Contender]:
             data, _ = await result(ar)
         except NoNodeError:
             continue
-        out.append(protocols.contender(found, n, data))
+        out.append(formats.contender(found, n, data))
     return out

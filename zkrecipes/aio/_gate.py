@@ -1,6 +1,6 @@
 """The asyncio form of the local gate's wait: the decisions are :class:`zkrecipes._gate.Gate`'s own.
 
-Tasks of one process share one gate per (client, path, family) -- one ZooKeeper node per path -- and
+Tasks of one process share one gate per (client, path, key) -- one ZooKeeper node per path -- and
 queue for it in arrival order. A waiting task registers a waker with the gate; any change (a grant, a
 release, a cancel) wakes it on its loop, where it asks :meth:`Gate.try_enter` again.
 """

@@ -1,7 +1,7 @@
-"""The asyncio locks: the threaded recipes' declarations (kind, wait-rule, protocol) on the asyncio driver.
+"""The asyncio locks: the threaded recipes' declarations (kind, wait-rule, node format) on the asyncio driver.
 
 Each asyncio lock wraps its threaded recipe object as its *core*: the core validates the constructor's
-arguments (before any ZooKeeper call), declares the node kind and the wait-rule, builds the protocol
+arguments (before any ZooKeeper call), declares the node kind and the wait-rule, builds the engine's
 generator, and makes and verifies holds. Only the waiting, the local gate's wait and the reporting are
 asyncio here.
 """
@@ -34,7 +34,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.security import ACL
 
-from .. import _gate, _participant, naming, protocols
+from .. import _gate, _participant, naming, formats
 from .. import _lock as _core_lock
 from .. import exclusive as _exclusive
 from .. import fair as _fair
@@ -43,7 +43,7 @@ from .._gate import Entered, Gate, in_doubt
 from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, HeldView, LockState
 from .._lock import Lock as _CoreLock
 from .._participant import Participant
-from .._protocol import Cancelled, DeadlinePassed, owns
+from .._engine import Cancelled, DeadlinePassed, owns
 from .._signature import NamedInit
 from ..errors import LockCancelled, LockError, LockLost, LockTimeout
 from ..naming import Contender
@@ -105,7 +105,7 @@ def _caller() -> "Optional[asyncio.Task[Any]]":
         return None
 
 
-class Reporter(NamedInit):
+class AioParticipant(NamedInit):
     """States, listeners (called on the event loop's thread) and the ``lost`` event of one object."""
 
     def __init__(self, core: Participant) -> None:
@@ -203,7 +203,7 @@ class Reporter(NamedInit):
         return await _driver.contenders(self.client, self.path)
 
 
-class Lock(HeldView, Reporter):
+class Lock(HeldView, AioParticipant):
     """Base of the asyncio locks; see :class:`FairLock` for the documented API."""
 
     _core_class: Type[_CoreLock] = _fair.FairLock
@@ -218,7 +218,7 @@ class Lock(HeldView, Reporter):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         core = self._core_class(
             client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended,
@@ -229,7 +229,7 @@ class Lock(HeldView, Reporter):
     def _wrap(self, core: _CoreLock) -> None:
         super().__init__(core)
         self._lock_core = core
-        self._kind, self._family = _core_lock.declared(core)
+        self._kind, self._gate_key = _core_lock.declared(core)
         self._setup_gate()
         self._cancelled = False
         self._drivers: Set[AioDriver] = set()
@@ -258,7 +258,7 @@ class Lock(HeldView, Reporter):
 
     def _setup_gate(self) -> None:
         # tasks get their own gates (and so their own node), apart from the threads of this process
-        self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._family)
+        self._gate: Gate = _gate.gate(self.client, self.path, "aio-" + self._gate_key)
 
     # -- acquire / release ---------------------------------------------------------------------------
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
@@ -304,7 +304,7 @@ class Lock(HeldView, Reporter):
             return True
         if entered is None:
             return False
-        return await self._acquire_zk(me, blocking, deadline)
+        return await self._acquire_node(me, blocking, deadline)
 
     async def _look_for_writers(self, me: object, deadline: Optional[float]) -> None:
         """As the threaded ReadLock: one listing per read hold, before a task joins it."""
@@ -316,10 +316,10 @@ class Lock(HeldView, Reporter):
             names = await asyncio.wait_for(_driver.result(self.client.get_children_async(self.path)), limit)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        proto, _ = _participant.node_format(self._lock_core)
-        self._gate.look_behind(hold, proto.parse(hold.node.rsplit("/", 1)[1]), proto.sort(names))
+        fmt, _ = _participant.node_format(self._lock_core)
+        self._gate.look_behind(hold, fmt.parse(hold.node.rsplit("/", 1)[1]), fmt.sort(names))
 
-    async def _acquire_zk(self, me: object, blocking: bool, deadline: Optional[float]) -> bool:
+    async def _acquire_node(self, me: object, blocking: bool, deadline: Optional[float]) -> bool:
         self.lost.clear()
         self._set_state(WAITING)
         ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
@@ -327,8 +327,8 @@ class Lock(HeldView, Reporter):
         self._drivers.add(driver)
         hold = None
         try:
-            entry = await driver.run(_core_lock.acquire_protocol(self._lock_core))
-            hold = _participant.make_hold(self._core, entry, pin=self._gate)  # a held lock's gate outlives its objects
+            entry = await driver.run(_core_lock.acquire_steps(self._lock_core))
+            hold = _participant.make_hold(self._core, entry, gate=self._gate)  # a held lock's gate outlives its objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -404,11 +404,11 @@ class Lock(HeldView, Reporter):
     def _attach(self, hold: Hold) -> None:
         if not self._gate.attach(self, self._kind, self._detach):
             return
-        listener = self._attached[hold] = functools.partial(self._told, hold)
+        listener = self._attached[hold] = functools.partial(self._hold_changed, hold)
         hold.add_listener(listener)
         self._on_hold(hold, hold.state)
 
-    def _told(self, hold: Hold, state: str) -> None:  # the session thread, or the loop (mark_lost)
+    def _hold_changed(self, hold: Hold, state: str) -> None:  # the session thread, or the loop (mark_lost)
         loop = self._loop
         if loop is not None:
             call_soon(loop, self._on_hold, hold, state)
@@ -520,7 +520,7 @@ class ReadWriteLock(NamedInit):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         self._read = ReadLock(
             client, path, identifier, host=host, acl=acl, retry=retry,

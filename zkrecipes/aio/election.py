@@ -10,16 +10,16 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from .. import _participant, naming, protocols
+from .. import _participant, naming, formats
 from .. import election as _election
-from .._protocol import Cancelled, DeadlinePassed, Entry
+from .._engine import Cancelled, DeadlinePassed, Entry
 from ..election import CANDIDATE, IDLE, LEADER, TermView
 from ..errors import LockCancelled, LockError, LockLost
 from ..naming import Contender
 from ..session import HELD, LOST, Hold
 from . import _driver
 from ._driver import AioDriver, call_soon
-from ._lock import Reporter
+from ._lock import AioParticipant
 from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.aio")
@@ -27,7 +27,7 @@ log = logging.getLogger("zkrecipes.aio")
 R = TypeVar("R")
 
 
-class LeaderElection(TermView, Reporter):
+class LeaderElection(TermView, AioParticipant):
     """Leader election for asyncio: ``async with aio.LeaderElection(zk, "/election/x"):`` leads.
 
     The same queue, read-back before leading, states (``"idle"``, ``"candidate"``, ``"leader"``,
@@ -46,7 +46,7 @@ class LeaderElection(TermView, Reporter):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         super().__init__(_election.LeaderElection(
             client, path, identifier, host=host, acl=acl, retry=retry,
@@ -77,7 +77,7 @@ class LeaderElection(TermView, Reporter):
         entry: Optional[Entry] = None
         core = self._core
         try:
-            entry = await driver.run(_election.campaign_protocol(cast(_election.LeaderElection, core)))
+            entry = await driver.run(_election.campaign_steps(cast(_election.LeaderElection, core)))
         except (DeadlinePassed, Cancelled):
             pass
         finally:
@@ -90,7 +90,7 @@ class LeaderElection(TermView, Reporter):
         if entry is None:
             return False
         hold = self._hold = _participant.make_hold(core, entry)
-        hold.add_listener(lambda state: self._told(hold))
+        hold.add_listener(lambda state: self._hold_changed(hold))
         log.info("%s: leader as %s (token %d)", self.path, hold.node, hold.token)
         self._on_hold(hold)
         return True
@@ -145,7 +145,7 @@ class LeaderElection(TermView, Reporter):
         await self.resign()
 
     # -- hold state --------------------------------------------------------------------------------
-    def _told(self, hold: Hold) -> None:  # the session thread, or the loop (mark_lost)
+    def _hold_changed(self, hold: Hold) -> None:  # the session thread, or the loop (mark_lost)
         loop = self._loop
         if loop is not None:
             call_soon(loop, self._on_hold, hold)

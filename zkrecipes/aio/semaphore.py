@@ -12,7 +12,7 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from .. import _gate, protocols
+from .. import _gate, formats
 from .. import semaphore as _semaphore
 from .._gate import Gate
 from .._lock import IDLE, WAITING, LockState
@@ -68,7 +68,7 @@ class Semaphore(Lock):
         acl: Optional[Sequence[ACL]] = None,
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
-        protocol: str = protocols.ZKRECIPES,
+        protocol: str = formats.ZKRECIPES,
     ) -> None:
         core = _semaphore.Semaphore(
             client, path, max_leases, identifier, host=host, acl=acl, retry=retry,

@@ -1,7 +1,7 @@
 """The engine, free of I/O, threads and clocks: every recipe's acquire, written once as generators.
 
-A protocol generator *yields* what it needs (a create pipelined with a listing, a read, a watch, a
-wait, a delete) and is *sent* the answer or has the error thrown in. A driver performs the requests:
+A recipe's *steps* are a generator that *yields* what it needs (a create pipelined with a listing, a
+read, a watch, a wait, a delete) and is *sent* the answer or has the error thrown in. A driver performs the requests:
 :mod:`zkrecipes._drive` on the calling thread, :mod:`zkrecipes.aio._driver` on an event loop. Drivers
 bound everything by the acquire's deadline and cancel, thrown in as :class:`DeadlinePassed` /
 :class:`Cancelled`; the generators then delete the node they made: no exit but success leaves one.
@@ -21,9 +21,9 @@ from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
-from . import naming, protocols
+from . import naming, formats
 from .naming import QueueNode
-from .protocols import Protocol
+from .formats import NodeFormat
 from .retry import TRANSIENT
 
 T = TypeVar("T")
@@ -39,11 +39,11 @@ class Cancelled(Exception):
     """Thrown in by a driver: the acquire was cancelled."""
 
 
-# -- what a protocol asks of its driver ----------------------------------------------------------
-class Send(NamedTuple):
-    """Create ``path`` (ephemeral, plus sequential in ``flags``) and, if ``listing``, list ``parent`` in the
-    same round trip. Answer: ``(create outcome, listing outcome or None, session id once the replies are
-    in)``, outcomes as values or exceptions (not thrown: the protocol sorts them out). A create the driver
+# -- the steps: what the engine asks of its driver -------------------------------------------------
+class CreateAndList(NamedTuple):
+    """Create ``path`` (ephemeral, plus sequential in ``flags``) and, if ``parent`` is not None, list it in
+    the same round trip. Answer: ``(create outcome, listing outcome or None, session id once the replies are
+    in)``, outcomes as values or exceptions (not thrown: the engine sorts them out). A create the driver
     abandons (deadline, cancel) is deleted when its reply comes."""
 
     path: str
@@ -88,20 +88,22 @@ class Delete(NamedTuple):
     session: Optional[int]
 
 
-class _Plain(NamedTuple):
+class _NoArgs(NamedTuple):
+    """A step with no arguments: one of the constants below."""
+
     what: str
 
 
-SESSION = _Plain("session")  # answer: the client's session id now, or None between connections
-STALE = _Plain("stale")  # answer: True if a grant now would rest on old news (the process stood still)
+SESSION = _NoArgs("session")  # answer: the client's session id now, or None between connections
+STALE = _NoArgs("stale")  # answer: True if a grant now would rest on old news (the process stood still)
 # SLEEP: wait for a wake-up; answer: the set of watched paths deleted (a frozenset, empty if woken by
 # something else: a session event, a data change, a cancel)
-SLEEP = _Plain("sleep")
-PAUSE = _Plain("pause")  # wait a moment (a new session is being set up); wakes early on any event
-UNWATCH = _Plain("unwatch")  # drop our watches
+SLEEP = _NoArgs("sleep")
+PAUSE = _NoArgs("pause")  # wait a moment (a new session is being set up); wakes early on any event
+UNWATCH = _NoArgs("unwatch")  # drop our watches
 
-Op = Any  # one of the above
-Proto = Generator[Op, Any, T]
+Step = Any  # one of the above
+Steps = Generator[Step, Any, T]  # a recipe's steps: yields Steps, is sent their answers, returns T
 
 
 class Entry(NamedTuple):
@@ -127,12 +129,12 @@ def acquire(
     guid: str,
     rule: Rule,
     confirm: bool = False,
-    protocol: Protocol = protocols.DEFAULT,
+    fmt: NodeFormat = formats.DEFAULT,
     seen: Optional[Callable[[int], None]] = None,
-) -> Proto[Entry]:
+) -> Steps[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections), or if the waiter stood still meanwhile (:data:`STALE`),
-    our node is read back before we return: it must still be ours. ``protocol`` reads every listing: a
+    our node is read back before we return: it must still be ours. ``fmt`` (the node format) reads every listing: a
     child it cannot queue with raises LockError (our node deleted). ``seen(n)``, if given, is told how many
     nodes are ahead of ours each time we are about to wait (from what we know anyway: no request)."""
     entry: Optional[Entry] = None
@@ -144,9 +146,9 @@ def acquire(
             if entry is None:
                 watched.clear()
                 entry, children = yield from create(
-                    parent, acl, prefix, data, guid, sequence=True, listing=True, containers=protocol.containers
+                    parent, acl, prefix, data, guid, sequence=True, listing=True, containers=fmt.containers
                 )
-                ahead, _ = protocol.ahead(parent, children or (), entry.node.sequence)
+                ahead, _ = fmt.ahead(parent, children or (), entry.node.sequence)
             elif waited:
                 current = yield SESSION
                 if current is not None and current != entry.session:
@@ -164,7 +166,7 @@ def acquire(
             try:
                 blockers = [found] if isinstance(found, QueueNode) else list(found)
                 if (yield from _wait(parent, blockers, ahead, watched)):  # our listing is old: list again
-                    listed = yield from _ahead(parent, entry, protocol)
+                    listed = yield from _ahead(parent, entry, fmt)
                     if listed is None:
                         entry = None  # our node is gone (deleted, or with an expired session)
                     else:
@@ -179,7 +181,7 @@ def acquire(
         raise
 
 
-def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Proto[bool]:
+def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Steps[bool]:
     """Watch the blockers not watched yet (the others' watches stay) and sleep until one goes; the nodes
     seen go leave ``ahead``. True if the queue must be listed again: a blocker was already gone (our
     listing is old), or nodes ahead of a deleted blocker remain that no watch of ours vouches for (they
@@ -208,13 +210,13 @@ def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watche
     return unvouched
 
 
-def _ahead(parent: str, entry: Entry, protocol: Protocol) -> Proto[Optional[List[QueueNode]]]:
+def _ahead(parent: str, entry: Entry, fmt: NodeFormat) -> Steps[Optional[List[QueueNode]]]:
     """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-    ahead, seen = protocol.ahead(parent, (yield Read("get_children", parent)), entry.node.sequence)
+    ahead, seen = fmt.ahead(parent, (yield Read("get_children", parent)), entry.node.sequence)
     return ahead if seen else None
 
 
-def _confirm(entry: Entry) -> Proto[bool]:
+def _confirm(entry: Entry) -> Steps[bool]:
     """Read our node back: True if it exists and belongs to our current session."""
     try:
         stat, sid = yield from in_session(Read("exists", entry.path))
@@ -223,7 +225,7 @@ def _confirm(entry: Entry) -> Proto[bool]:
     return owns(stat, entry.session) and sid == entry.session
 
 
-def in_session(op: Op) -> Proto[Tuple[Any, int]]:
+def in_session(op: Step) -> Steps[Tuple[Any, int]]:
     """``op``'s answer and the session id after it. A connection that dropped right after the reply
     leaves the session unknown for a moment: ask again once reconnected, never answer with no session
     (a live node of ours taken for not ours would be abandoned, blocking the queue)."""
@@ -245,7 +247,7 @@ def create(
     sequence: bool,
     listing: bool = False,
     containers: bool = True,
-) -> Proto[Tuple[Entry, Optional[List[str]]]]:
+) -> Steps[Tuple[Entry, Optional[List[str]]]]:
     """Create our ephemeral node ``<parent>/<name>`` (plus a sequence suffix): ``(entry, children)``.
 
     Optimistic: the create goes first; only a NoNode makes the missing parents, and then, if our node is
@@ -257,7 +259,7 @@ def create(
     path = f"{parent}/{name}"
     while True:
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
-        created, listed, sid = yield Send(path, data, acl, flags, parent if listing and not made_parent else None)
+        created, listed, sid = yield CreateAndList(path, data, acl, flags, parent if listing and not made_parent else None)
         if isinstance(created, BaseException):
             if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
                 yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
@@ -315,7 +317,7 @@ _RELIST = (NoNodeError, SessionExpiredError) + TRANSIENT  # a pipelined listing 
 _NO_NODE = QueueNode("", "", naming.WRITE, 0)  # a non-sequential node (ExclusiveLock's ``lock``)
 
 
-def _own_nodes(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[List[Entry]]:
+def _own_nodes(parent: str, prefix: str, guid: str, sequence: bool) -> Steps[List[Entry]]:
     """This session's nodes that carry ``guid``, read after a ``sync`` so that a create applied late
     (across a ZooKeeper leader change) is seen."""
     try:
@@ -335,7 +337,7 @@ def _own_nodes(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Lis
     return found
 
 
-def find_own(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Optional[Entry]]:
+def find_own(parent: str, prefix: str, guid: str, sequence: bool) -> Steps[Optional[Entry]]:
     """After a create whose reply was lost: our node is the one with our guid and our session (a node
     of our previous session is not ours: it is going away). Extra copies are deleted."""
     found = sorted((yield from _own_nodes(parent, prefix, guid, sequence)), key=lambda e: e.token)
@@ -347,7 +349,7 @@ def find_own(parent: str, prefix: str, guid: str, sequence: bool) -> Proto[Optio
 # -- the one-node race (ExclusiveLock) ----------------------------------------------------------------
 def race(
     parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, seen: Optional[Callable[[int], None]] = None
-) -> Proto[Entry]:
+) -> Steps[Entry]:
     """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes
     (``seen(1)`` as :func:`acquire`'s: the holder is ahead)."""
     path = f"{parent}/{name}"

@@ -1,4 +1,4 @@
-"""The acquire protocol, driven by scripted replies: what it asks for, in order, and what it cleans up."""
+"""The engine's acquire steps, driven by scripted replies: what it asks for, in order, and what it cleans up."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-from zkrecipes import _protocol as p
+from zkrecipes import _engine as p
 from zkrecipes._lock import predecessor
 
 SID = 0x1234
@@ -32,7 +32,7 @@ def new():
 def test_uncontended_is_one_send_and_no_read():
     gen = new()
     op = start(gen)
-    assert isinstance(op, p.Send) and op.parent == "/p" and op.flags == 3  # create and list, pipelined
+    assert isinstance(op, p.CreateAndList) and op.parent == "/p" and op.flags == 3  # create and list, pipelined
     with pytest.raises(StopIteration) as done:  # nothing more: no session check of its own, never stale
         gen.send((("/chroot/p/h-W-0000000003", stat()), ["h-W-0000000003", "h-W-0000000004"], SID))
     entry = done.value.value
@@ -73,7 +73,7 @@ def test_a_new_key_makes_its_parents_then_needs_no_listing():
     start(gen)
     assert gen.send((NoNodeError(), None, SID)) == p.MakeParents("/p", [])
     op = gen.send(None)
-    assert isinstance(op, p.Send) and op.parent is None  # a fresh parent: nobody can be ahead
+    assert isinstance(op, p.CreateAndList) and op.parent is None  # a fresh parent: nobody can be ahead
     with pytest.raises(StopIteration):
         gen.send((("/p/h-W-0000000000", stat()), None, SID))
 
@@ -83,7 +83,7 @@ def test_our_node_from_an_expired_session_is_not_taken_for_ours():
     start(gen)
     # the session changed between the create and its reply: that node is gone
     op = gen.send((("/p/h-W-0000000003", stat(owner=SID)), ["h-W-0000000003"], SID + 1))
-    assert isinstance(op, p.Send)  # queue again, at the back
+    assert isinstance(op, p.CreateAndList)  # queue again, at the back
 
 
 def test_owns_needs_a_node_and_our_session():

@@ -6,18 +6,18 @@ import uuid
 
 import pytest
 
-from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, protocols
-from zkrecipes import _protocol as p
+from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, formats
+from zkrecipes import _engine as p
 from zkrecipes._lock import predecessor
 from zkrecipes.naming import QueueNode
-from zkrecipes.protocols import CURATOR, KAZOO, ZKRECIPES, get
+from zkrecipes.formats import CURATOR, KAZOO, ZKRECIPES, get
 
 KAZOO_ID = uuid.uuid4().hex  # what kazoo puts before its marker
 CURATOR_ID = f"_c_{uuid.uuid4()}-"  # Curator's protected prefix
 
 
 @pytest.mark.parametrize(
-    "name,protocol,family,kind,seq,ours",
+    "name,fmt,recipe,kind,seq,ours",
     [
         ("web-1-W-0000000007", ZKRECIPES, "queue", "W", 7, True),
         ("web-1-R--000000001", ZKRECIPES, "queue", "R", -1, True),
@@ -30,20 +30,20 @@ CURATOR_ID = f"_c_{uuid.uuid4()}-"  # Curator's protected prefix
         (f"{CURATOR_ID}latch--000000002", CURATOR, "election", "W", -2, False),
     ],
 )
-def test_identify_names_the_library_and_reads_the_sequence_as_an_integer(name, protocol, family, kind, seq, ours):
-    found = protocols.identify(name)
+def test_identify_names_the_library_and_reads_the_sequence_as_an_integer(name, fmt, recipe, kind, seq, ours):
+    found = formats.identify(name)
     assert found is not None
-    assert (found.protocol, found.family, found.node.kind, found.node.sequence, found.ours) == (
-        protocol, family, kind, seq, ours)
+    assert (found.format, found.recipe, found.node.kind, found.node.sequence, found.ours) == (
+        fmt, recipe, kind, seq, ours)
 
 
 @pytest.mark.parametrize("name", ["lock", "leader", "x-W-123", "abc__lock__123", "config-0000000001x"])
 def test_names_of_no_known_format_are_not_identified(name):
-    assert protocols.identify(name) is None
+    assert formats.identify(name) is None
 
 
 @pytest.mark.parametrize(
-    "protocol,family,kind,pattern",
+    "fmt,recipe,kind,pattern",
     [
         (KAZOO, "lock", "W", r"^7a6b726563697065[0-9a-f]{16}__lock__$"),
         (KAZOO, "rw", "R", r"^7a6b726563697065[0-9a-f]{16}__rlock__$"),
@@ -53,17 +53,17 @@ def test_names_of_no_known_format_are_not_identified(name):
         (CURATOR, "election", "W", r"^_c_7a6b7265-6369-7065-[0-9a-f]{4}-[0-9a-f]{12}-latch-$"),
     ],
 )
-def test_foreign_formats_are_named_like_the_library_with_our_mark(protocol, family, kind, pattern):
+def test_foreign_formats_are_named_like_the_library_with_our_mark(fmt, recipe, kind, pattern):
     import re
 
-    proto = get(protocol, family)
-    guid = proto.new_guid()
-    prefix = proto.prefix("host", kind, guid)
+    nf = get(fmt, recipe)
+    guid = nf.new_guid()
+    prefix = nf.prefix("host", kind, guid)
     assert re.match(pattern, prefix) and guid in prefix  # the guid finds our node after a lost create reply
-    found = protocols.identify(prefix + "0000000001")
-    assert found is not None and found.ours and found.protocol == protocol
+    found = formats.identify(prefix + "0000000001")
+    assert found is not None and found.ours and found.format == fmt
     # the mark can never be a uuid4 (version digit 4), so kazoo's and Curator's own nodes are never "ours"
-    assert len(prefix.split("__")[0] if protocol == KAZOO else prefix[3:39]) in (32, 36)
+    assert len(prefix.split("__")[0] if fmt == KAZOO else prefix[3:39]) in (32, 36)
 
 
 def test_data_formats():
@@ -90,9 +90,9 @@ def test_each_protocol_queues_only_with_what_its_library_would_see():
         (CURATOR, "rw"): {"rw"},
         (CURATOR, "election"): {"latch"},
     }
-    for (name, family), want in accepts.items():
-        proto = get(name, family)
-        assert {k for k, n in names.items() if proto.parse(n) is not None} == want, (name, family)
+    for (name, recipe), want in accepts.items():
+        nf = get(name, recipe)
+        assert {k for k, n in names.items() if nf.parse(n) is not None} == want, (name, recipe)
 
 
 def test_ahead_orders_by_integer_wrap_aware_sequence_and_refuses_foreign_children_behind_us_too():
@@ -115,9 +115,9 @@ def test_ahead_orders_by_integer_wrap_aware_sequence_and_refuses_foreign_childre
 
 
 def test_the_default_fast_path_agrees_with_the_full_parse():
-    proto = get(ZKRECIPES, "lock")
+    nf = get(ZKRECIPES, "lock")
     names = [f"h-{'RW'[i % 2]}-{i:010d}" for i in range(1, 50)] + ["x-y-R--2147483648"]  # half the ring away: behind
-    ahead, seen = proto.ahead("/p", names, 30)
+    ahead, seen = nf.ahead("/p", names, 30)
     assert seen and [n.sequence for n in ahead] == list(range(1, 30))
     assert [n.kind for n in ahead] == ["RW"[i % 2] for i in range(1, 30)]
 
@@ -172,7 +172,7 @@ def test_protocol_is_checked_before_any_zookeeper_call():
 def _recipes():
     from zkrecipes import ExclusiveLock, FairLock, LeaderElection, ReadWriteLock, Semaphore, aio
 
-    every = set(protocols.NAMES)
+    every = set(formats.NAMES)
     return [
         ("FairLock", lambda c, p: FairLock(c, "/m", protocol=p), every),
         ("ReadWriteLock", lambda c, p: ReadWriteLock(c, "/m", protocol=p), every),
@@ -187,7 +187,7 @@ def _recipes():
     ]
 
 
-@pytest.mark.parametrize("fmt", protocols.NAMES)
+@pytest.mark.parametrize("fmt", formats.NAMES)
 @pytest.mark.parametrize("name,make,supported", _recipes(), ids=[r[0] for r in _recipes()])
 def test_every_recipe_and_node_format_pair_is_implemented_or_refused(name, make, supported, fmt):
     from kazoo.client import KazooClient
@@ -207,18 +207,30 @@ def test_every_recipe_and_node_format_pair_is_implemented_or_refused(name, make,
 
 def test_sort_any_keeps_every_format_in_one_wrap_aware_order():
     names = ["h-W--2147483648", f"{KAZOO_ID}__lock__2147483647", f"{CURATOR_ID}lock-2147483646", "lease"]
-    got = [(protocols.label(f), n.sequence) for f, n in protocols.sort_any(names)]
+    got = [(formats.label(f), n.sequence) for f, n in formats.sort_any(names)]
     assert got == [("curator", 2147483646), ("kazoo", 2147483647), ("zkrecipes", -2147483648)]
-    assert protocols.own("h-W-0000000001") == QueueNode("h-W-0000000001", "h", "W", 1)
-    assert protocols.own(f"{KAZOO_ID}__lock__0000000001") is None
+    assert formats.own("h-W-0000000001") == QueueNode("h-W-0000000001", "h", "W", 1)
+    assert formats.own(f"{KAZOO_ID}__lock__0000000001") is None
 
 
 def test_a_new_key_in_kazoo_format_gets_persistent_parents():
     from kazoo.exceptions import NoNodeError
 
     for name, container in ((KAZOO, False), (CURATOR, True), (ZKRECIPES, True)):
-        proto = get(name, "lock")
-        gen = p.acquire("/a/b", [], proto.prefix("h", "W", "g"), b"", "g", predecessor, protocol=proto)
+        nf = get(name, "lock")
+        gen = p.acquire("/a/b", [], nf.prefix("h", "W", "g"), b"", "g", predecessor, fmt=nf)
         gen.send(None)
         assert gen.send((NoNodeError(), NoNodeError(), None)) == p.MakeParents("/a/b", [], container)
         gen.close()
+
+
+def test_the_old_module_name_still_works_and_warns():
+    import importlib
+    import sys
+
+    sys.modules.pop("zkrecipes.protocols", None)
+    with pytest.warns(DeprecationWarning, match="zkrecipes.formats"):
+        old = importlib.import_module("zkrecipes.protocols")
+    assert old.Protocol is formats.NodeFormat and old.get is formats.get and old.identify is formats.identify
+    found = formats.identify(f"{KAZOO_ID}__lock__0000000003")
+    assert found is not None and (found.protocol, found.family) == (found.format, found.recipe) == (KAZOO, "lock")

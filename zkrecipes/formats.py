@@ -1,0 +1,316 @@
+"""Node formats: how our node is named, what its data holds, and which children we queue with.
+
+Users choose one with the ``protocol=`` keyword of every recipe (the word is kept for them; inside the
+package it is always a *node format*).
+
+Three formats, so that one lock path can be shared with processes of another library:
+
+* ``zkrecipes`` (the default): ``<host>-W-<seq>`` / ``<host>-R-<seq>``, small JSON data.
+* ``kazoo``: kazoo's ``Lock`` / ``WriteLock`` / ``Election`` (``<uuid>__lock__<seq>``) and ``ReadLock``
+  (``<uuid>__rlock__<seq>``), the identifier as data (kazoo 2.x ``kazoo/recipe/lock.py``).
+* ``curator``: Apache Curator (checked against 5.4.0, Debian's ``libcurator-recipes-java``):
+  ``InterProcessMutex`` ``_c_<uuid>-lock-<seq>``, ``InterProcessReadWriteLock`` ``_c_<uuid>-__READ__<seq>``
+  / ``_c_<uuid>-__WRIT__<seq>``, ``LeaderLatch`` ``_c_<uuid>-latch-<seq>``.
+
+The wait-rules are the same in all three (a writer waits for its predecessor, a reader for the nearest
+writer ahead), and so is the order: the sequence suffix as an integer, wrap-aware
+(:func:`zkrecipes.naming.distance`). Within the first 2^31 nodes of a parent that is exactly kazoo's and
+Curator's order (both compare the ten-digit suffix as a string).
+
+A node format never ignores a child it cannot queue with: :meth:`NodeFormat.ahead` raises
+:class:`~zkrecipes.LockError` naming the format it found and the ``protocol=`` to use. Nodes that
+zkrecipes itself makes in kazoo's format carry a mark in their uuid part (:data:`MARK`), so that
+``protocol="kazoo"`` and the default format can run side by side while a fleet is switched from one to
+the other (``zkrecipes status`` shows which nodes are kazoo's own).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+
+from . import naming
+from .errors import LockError
+from .naming import READ, WRITE, Contender, QueueNode
+
+ZKRECIPES = "zkrecipes"
+KAZOO = "kazoo"
+CURATOR = "curator"
+NAMES = (ZKRECIPES, KAZOO, CURATOR)
+RECIPES = ("lock", "rw", "election", "exclusive", "semaphore")  # what get() is told a node format is for
+
+# "zkrecipe" in hex: the start of the uuid part of nodes zkrecipes makes in kazoo's or Curator's format. A
+# uuid4 (what kazoo and Curator use) has the version digit 4 at index 12 (14 in the dashed form); this
+# mark has a 7 there, so a node of kazoo or Curator itself is never taken for one of ours.
+MARK = "7a6b726563697065"
+_CURATOR_MARK = "_c_7a6b7265-6369-7065-"
+_OWN_TAGS = ("-W-", "-R-")
+
+
+class Found(NamedTuple):
+    """What :func:`identify` makes of a child name."""
+
+    format: str  # "zkrecipes", "kazoo" or "curator": the name given as ``protocol=``
+    recipe: str  # "lock" (FairLock, kazoo Lock, Curator InterProcessMutex), "rw", "election" (Curator latch)
+    node: QueueNode
+    ours: bool  # made by zkrecipes (its own format, or marked in a foreign one)
+    what: str  # the recipe that makes such nodes, for messages
+
+    @property
+    def protocol(self) -> str:
+        """Deprecated alias of :attr:`format` (the name given as ``protocol=``)."""
+        return self.format
+
+    @property
+    def family(self) -> str:
+        """Deprecated alias of :attr:`recipe`."""
+        return self.recipe
+
+
+# marker, kind, format, recipe, the recipe that writes it, the zkrecipes recipe that shares it
+_MARKERS: Tuple[Tuple[str, str, str, str, str, str], ...] = (
+    ("__rlock__", READ, KAZOO, "lock", "kazoo ReadLock", "ReadWriteLock(..., protocol='kazoo')"),
+    ("__lock__", WRITE, KAZOO, "lock", "kazoo Lock/WriteLock/Election",
+     "FairLock, ReadWriteLock or LeaderElection with protocol='kazoo'"),
+    ("__READ__", READ, CURATOR, "rw", "Curator InterProcessReadWriteLock (read)",
+     "ReadWriteLock(..., protocol='curator')"),
+    ("__WRIT__", WRITE, CURATOR, "rw", "Curator InterProcessReadWriteLock (write)",
+     "ReadWriteLock(..., protocol='curator')"),
+    ("latch-", WRITE, CURATOR, "election", "Curator LeaderLatch", "LeaderElection(..., protocol='curator')"),
+    ("lock-", WRITE, CURATOR, "lock", "Curator InterProcessMutex/LeaderSelector", "FairLock(..., protocol='curator')"),
+)
+_SHARE = {m[0]: m[5] for m in _MARKERS}
+_CURATOR_TAGS: Dict[str, Dict[str, str]] = {
+    "lock": {WRITE: "lock-"}, "rw": {WRITE: "__WRIT__", READ: "__READ__"}, "election": {WRITE: "latch-"},
+}
+
+
+def _tail_sequence(tail: str) -> Optional[int]:
+    """ZooKeeper's suffix as an int: ten digits, or past 2^31-1 a minus sign and nine or ten digits."""
+    if len(tail) == 10 and tail.isdigit() and tail.isascii():
+        return int(tail)
+    if len(tail) in (10, 11) and tail[0] == "-" and tail[1:].isdigit() and tail[1:].isascii():
+        value = -int(tail[1:])
+        return value if value >= -(1 << 31) else None
+    return None
+
+
+def own(name: str) -> Optional[QueueNode]:
+    """Parse a zkrecipes node name ``<host>-<K>-<seq>`` (or a lease, ``<host>-S<N>-<seq>``); None for any
+    other name."""
+    head, sep, tail = name.rpartition("-")
+    if sep and len(tail) == 10 and tail.isdigit() and tail.isascii() and head[-2:] in ("-R", "-W"):
+        return QueueNode(name, head[:-2], head[-1], int(tail))  # fast path
+    split = naming.split_sequence(name)
+    if split is None:
+        return None
+    if split[0].endswith(_OWN_TAGS):
+        return QueueNode(name, split[0][:-3], split[0][-2], split[1])
+    node = naming.parse(name)  # a semaphore's lease, ``<host>-S<N>-<seq>``
+    return node if node is not None and node.kind == naming.LEASE else None
+
+
+def identify(name: str) -> Optional[Found]:
+    """Which library's queue node ``name`` is (zkrecipes, kazoo, Curator), or None if none of them."""
+    node = own(name)
+    if node is not None:
+        return Found(ZKRECIPES, "queue", node, True, "zkrecipes")
+    for marker, kind, fmt, recipe, what, _ in _MARKERS:
+        i = name.rfind(marker)  # Curator sorts by the text after the last occurrence, kazoo's regex is anchored
+        if i < 0:
+            continue
+        seq = _tail_sequence(name[i + len(marker):])
+        if seq is None:
+            continue
+        ours = name.startswith(MARK) if fmt == KAZOO else name.startswith(_CURATOR_MARK)
+        return Found(fmt, recipe, QueueNode(name, "", kind, seq), ours, what)
+    return None
+
+
+def sort_any(children: Sequence[str]) -> List[Tuple[Optional[Found], QueueNode]]:
+    """Every child with a sequence suffix, identified (None: unknown format), in wrap-aware queue order."""
+    out = []
+    for name in children:
+        found = identify(name)
+        node = found.node if found is not None else naming.parse(name)
+        if node is not None:
+            out.append((found, node))
+    if out:
+        ref = out[0][1].sequence
+        out.sort(key=lambda fn: naming.distance(fn[1].sequence, ref))
+    return out
+
+
+def contender(found: Optional[Found], node: QueueNode, data: Optional[bytes]) -> Contender:
+    """A :class:`~zkrecipes.Contender` of any format: zkrecipes' JSON, or the identifier kazoo and Curator
+    store as data (Curator's default is the host's address)."""
+    if found is None or found.format == ZKRECIPES:
+        return naming.contender(node, data)
+    try:
+        text: Optional[str] = (data or b"").decode("utf-8") or None
+    except UnicodeDecodeError:
+        text = None
+    return Contender(node.name, node.host, node.kind, node.sequence, text, None)
+
+
+def label(found: Optional[Found]) -> str:
+    """The format of a node for ``zkrecipes status``: ``zkrecipes``, ``kazoo``, ``curator``, ``kazoo
+    (zkrecipes)`` / ``curator (zkrecipes)`` for nodes zkrecipes made in those formats, or ``unknown``."""
+    if found is None:
+        return "unknown"
+    if found.format != ZKRECIPES and found.ours:
+        return f"{found.format} (zkrecipes)"
+    return found.format
+
+
+class NodeFormat:
+    """One node format for one kind of recipe: names, data, and the children it queues with.
+
+    ``recipe`` is ``"lock"`` (FairLock), ``"rw"`` (ReadWriteLock's two sides) or ``"election"``; it matters
+    only for Curator, whose mutex, read/write lock and leader latch use different names.
+    """
+
+    def __init__(self, name: str, recipe: str) -> None:
+        self.name = name
+        self.recipe = recipe
+        self._tags: Dict[str, str] = {}
+        if name == KAZOO:
+            self._tags = {WRITE: "__lock__", READ: "__rlock__"}
+        elif name == CURATOR:
+            self._tags = _CURATOR_TAGS[recipe]
+
+        # kazoo makes a missing parent once per lock object (ensure_path) and never again: a container
+        # parent, reaped while the queue is empty, would fail its next create. Curator makes containers.
+        self.containers = name != KAZOO
+
+    def __repr__(self) -> str:
+        return f"<NodeFormat {self.name} ({self.recipe})>"
+
+    # -- our node ------------------------------------------------------------------------------------
+    def node(self, host: str, kind: str, identifier: Optional[str]) -> Tuple[str, bytes, str]:
+        """``(prefix, data, guid)`` of our next node: see :meth:`prefix`, :meth:`data`, :meth:`new_guid`."""
+        if self.name == ZKRECIPES:  # the hot path: one call
+            guid = naming.new_guid()
+            return f"{host}-{kind}-", naming.node_data(identifier, guid, host), guid
+        guid = self.new_guid()
+        return self.prefix(host, kind, guid), self.data(identifier, guid, host), guid
+
+    def new_guid(self) -> str:
+        """A random per-acquire id; kazoo and Curator formats carry it in the node name."""
+        if self.name == ZKRECIPES:
+            return naming.new_guid()
+        h = os.urandom(8).hex()
+        return h if self.name == KAZOO else f"{h[:4]}-{h[4:]}"
+
+    def prefix(self, host: str, kind: str, guid: str) -> str:
+        """The name of our sequential create (ZooKeeper appends the sequence)."""
+        if self.name == ZKRECIPES:
+            return naming.prefix(host, kind)
+        try:
+            tag = self._tags[kind]
+        except KeyError:
+            raise ValueError(f"protocol={self.name!r} has no {kind!r} nodes for {self.recipe}") from None
+        if self.name == KAZOO:
+            return f"{MARK}{guid}{tag}"  # kazoo: uuid4().hex + "__lock__"
+        return f"{_CURATOR_MARK}{guid}-{tag}"  # Curator's protection: "_c_" + UUID + "-" + lock name
+
+    def data(self, identifier: Optional[str], guid: str, host: str) -> bytes:
+        """Our node's data: zkrecipes' JSON; kazoo's identifier (or nothing); Curator's identifier (or, as
+        Curator writes by default, this host)."""
+        if self.name == ZKRECIPES:
+            return naming.node_data(identifier, guid, host)
+        if self.name == KAZOO:
+            return (identifier or "").encode()
+        return (identifier or host).encode()
+
+    # -- the queue -----------------------------------------------------------------------------------
+    def parse(self, name: str) -> Optional[QueueNode]:
+        """``name`` as a member of our queue, or None if this node format cannot queue with it."""
+        if self.name == ZKRECIPES:
+            node = own(name)
+            if node is not None:
+                return node
+        found = identify(name)
+        if found is None:
+            return None
+        if self.name == ZKRECIPES:  # nodes zkrecipes made in kazoo's format, while a fleet switches over
+            return found.node if found.format == KAZOO and found.ours else None
+        if self.name == KAZOO:  # and zkrecipes' own nodes, for the same switch
+            return found.node if found.format in (KAZOO, ZKRECIPES) else None
+        if found.format == CURATOR and found.recipe == self.recipe:
+            return found.node
+        return None
+
+    def ahead(self, parent: str, children: Sequence[str], mine: int) -> Tuple[List[QueueNode], bool]:
+        """``(nodes ahead of sequence mine in queue order, whether mine is listed)``; raises LockError
+        for any child this node format cannot queue with, ahead of us or behind."""
+        names, seen, distance = [], False, naming.distance
+        fast = self.name == ZKRECIPES
+        for name in children:
+            tail = name[-10:]
+            if fast and name[-13:-10] in _OWN_TAGS and tail.isdigit() and tail.isascii():
+                seq = int(tail)  # our own names: no full parse for the (many) nodes behind us
+            else:
+                node = self.parse(name)
+                if node is None:
+                    raise self.refusal(parent, name)
+                seq = node.sequence
+            d = distance(seq, mine)
+            if d < 0:
+                names.append(name)
+            elif d == 0:
+                seen = True
+        return (self.sort(names) if names else []), seen
+
+    def sort(self, children: Sequence[str]) -> List[QueueNode]:
+        """The children this node format queues with, in wrap-aware order (others dropped: for observers)."""
+        nodes = [n for n in map(self.parse, children) if n is not None]
+        if nodes:
+            ref = nodes[0].sequence
+            nodes.sort(key=lambda n: naming.distance(n.sequence, ref))
+        return nodes
+
+    def refusal(self, parent: str, name: str) -> LockError:
+        """The error for a child we cannot queue with: the format found and the ``protocol=`` to use."""
+        found = identify(name)
+        if found is None:
+            what = "not a lock node of zkrecipes, kazoo or Curator"
+            fix = "keep other nodes out of lock paths, or give this lock a path of its own"
+        elif found.format == ZKRECIPES:
+            what = "a zkrecipes node (protocol='zkrecipes')"
+            fix = "use the same protocol= in every zkrecipes process of this path"
+        else:
+            marker = next(m[0] for m in _MARKERS if m[4] == found.what)
+            what = f"a {found.what} node ({found.format} format)"
+            fix = f"share this path with {_SHARE[marker]} in every zkrecipes process"
+        return LockError(
+            f"{parent}: refusing to queue with protocol={self.name!r}: child {name!r} is {what}; mixed formats "
+            f"do not exclude each other. Fix: {fix}. Our node was deleted."
+        )
+
+
+@functools.lru_cache(maxsize=None)
+def _get(name: str, recipe: str) -> NodeFormat:
+    return NodeFormat(name, recipe)
+
+
+DEFAULT = _get(ZKRECIPES, "lock")
+
+
+def get(name: object, recipe: str) -> NodeFormat:
+    """The node format called ``name`` (as given to ``protocol=``) for a ``recipe`` (one of
+    :data:`RECIPES`); TypeError/ValueError naming a bad value."""
+    if not isinstance(name, str):
+        raise TypeError(f"protocol must be a str, one of {', '.join(NAMES)}; got {name!r}")
+    if name not in NAMES:
+        raise ValueError(f"protocol must be one of {', '.join(map(repr, NAMES))}, got {name!r}")
+    only = _ONLY_ZKRECIPES.get(recipe)
+    if only is not None and name != ZKRECIPES:
+        raise ValueError(f"{only} supports protocol 'zkrecipes' only, got protocol={name!r} (kazoo's and "
+                         f"Curator's {recipe} nodes would not see ours: two {recipe}s that ignore each other)"
+                         + ("; use FairLock(..., protocol=...)" if recipe == "exclusive" else ""))
+    return _get(name, "lock" if recipe == "semaphore" else recipe)
+
+
+_ONLY_ZKRECIPES = {"exclusive": "ExclusiveLock", "semaphore": "Semaphore"}  # recipes with no foreign format
