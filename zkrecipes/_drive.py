@@ -34,12 +34,12 @@ from ._engine import (
     STALE,
     UNWATCH,
     Cancelled,
+    CreateAndList,
     DeadlinePassed,
     Delete,
     MakeParents,
-    Steps,
     Read,
-    CreateAndList,
+    Steps,
     T,
     Watch,
 )
@@ -205,7 +205,7 @@ class Driver(WatchState):
         raise TypeError(f"unknown engine step {op!r}")
 
     # -- the requests -------------------------------------------------------------------------------
-    def _send(self, op: CreateAndList) -> Tuple[Any, Any, Optional[int]]:
+    def _create_and_list(self, op: CreateAndList) -> Tuple[Any, Any, Optional[int]]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
@@ -223,12 +223,12 @@ class Driver(WatchState):
         return self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
 
     def _make_parents(self, op: MakeParents) -> None:
-        steps = parent_steps(self.client, op.path, op.acl, op.container)
+        requests = parent_requests(self.client, op.path, op.acl, op.container)
         value: Any = None
         error: Optional[BaseException] = None
         while True:
             try:
-                start = steps.throw(error) if error is not None else steps.send(value)
+                start = requests.throw(error) if error is not None else requests.send(value)
             except StopIteration:
                 return
             try:
@@ -324,7 +324,7 @@ def client_closed(path: str) -> ClientClosed:
 
 
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
-    CreateAndList: Driver._send,
+    CreateAndList: Driver._create_and_list,
     Read: Driver._read,
     MakeParents: Driver._make_parents,
     Watch: Driver._watch,
@@ -362,10 +362,11 @@ def delete_if_created(client: KazooClient) -> Callable[[_kazoo.AsyncResult], Non
     return cb
 
 
-Steps = Generator[Callable[[], _kazoo.AsyncResult], Any, None]  # yields operations to start, is sent their values
+# yields requests to start, is sent their values
+ParentRequests = Generator[Callable[[], _kazoo.AsyncResult], Any, None]
 
 
-def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> Steps:
+def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> ParentRequests:
     """Create ``path`` as a container node (a persistent one where the server has no containers);
     an existing node is fine. Raises NoNodeError if its own parent is missing."""
     if container and client not in _no_containers:
@@ -385,7 +386,7 @@ def _create_parent(client: KazooClient, path: str, acl: Sequence[ACL], container
         pass
 
 
-def parent_steps(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> Steps:
+def parent_requests(client: KazooClient, path: str, acl: Sequence[ACL], container: bool = True) -> ParentRequests:
     """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl`` (persistent
     ones if not ``container``: kazoo's recipes never make a reaped parent again): deepest
     first, climbing only as far as a NoNode says (a new key under an existing parent costs one create).

@@ -21,9 +21,9 @@ from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
-from . import naming, formats
-from .naming import QueueNode
+from . import formats, naming
 from .formats import NodeFormat
+from .naming import QueueNode
 from .retry import TRANSIENT
 
 T = TypeVar("T")
@@ -259,7 +259,8 @@ def create(
     path = f"{parent}/{name}"
     while True:
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
-        created, listed, sid = yield CreateAndList(path, data, acl, flags, parent if listing and not made_parent else None)
+        listed_parent = parent if listing and not made_parent else None
+        created, listed, sid = yield CreateAndList(path, data, acl, flags, listed_parent)
         if isinstance(created, BaseException):
             if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
                 yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)

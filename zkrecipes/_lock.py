@@ -1,8 +1,9 @@
 """The public lock API shared by every recipe: acquire/release, state, listeners, check, fencing token.
 
 A recipe declares its node kind (``_kind``), its wait-rule (``_rule``) and, if it is not a queue, its
-steps (``_steps``: :func:`zkrecipes._engine.race` for ExclusiveLock); the local gate (:mod:`zkrecipes._gate`), deadlines, cancel and session-state
-reporting live here once, and the waiting loop once in :mod:`zkrecipes._engine`.
+steps (``_steps``: :func:`zkrecipes._engine.race` for ExclusiveLock); the local gate
+(:mod:`zkrecipes._gate`), deadlines, cancel and session-state reporting live here once, and the waiting
+loop once in :mod:`zkrecipes._engine`.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import threading
 import time
 from typing import Callable, Iterator, List, Literal, Optional, Set, Tuple
 
-from . import _gate, _kazoo, _engine, _reaper, naming
+from . import _engine, _gate, _kazoo, _reaper, naming
 from ._drive import Driver
+from ._engine import Cancelled, DeadlinePassed, Entry, Steps
 from ._gate import Entered, Gate
 from ._participant import Participant
-from ._engine import Cancelled, DeadlinePassed, Entry, Steps
 from .errors import LockCancelled, LockError, LockTimeout
 from .naming import QueueNode
 from .session import HELD, LOST, Hold

@@ -11,10 +11,10 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _drive, _kazoo, naming, formats
+from . import _drive, _kazoo, formats, naming
 from . import retry as _retry  # the keyword argument is called retry
-from ._gate import in_doubt
 from ._engine import Entry, owns
+from ._gate import in_doubt
 from ._signature import NamedInit
 from .errors import LockLost
 from .naming import Contender

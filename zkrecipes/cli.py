@@ -409,7 +409,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
-    from . import naming, formats
+    from . import formats, naming
 
     try:
         children = client.get_children(path)

@@ -21,9 +21,9 @@ from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from . import _drive, _engine, naming, retry
 from ._drive import Driver
+from ._engine import Cancelled, DeadlinePassed, Entry, Steps
 from ._lock import predecessor
 from ._participant import Participant
-from ._engine import Cancelled, DeadlinePassed, Entry, Steps
 from .errors import LockCancelled, LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold

@@ -7,8 +7,8 @@ from typing import List
 from kazoo.exceptions import NoNodeError
 
 from . import _engine, naming
-from ._lock import Lock
 from ._engine import Entry, Steps
+from ._lock import Lock
 from .naming import Contender
 
 NODE = "lock"

@@ -8,7 +8,7 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import naming, formats
+from . import formats, naming
 from ._signature import NamedInit
 from .fair import FairLock
 from .naming import Contender, QueueNode

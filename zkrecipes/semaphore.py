@@ -11,10 +11,10 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import _gate, _engine, _reaper, naming, formats
+from . import _engine, _gate, _reaper, formats, naming
+from ._engine import Blockers, Entry, Steps
 from ._gate import Gate
 from ._lock import IDLE, WAITING, Lock, LockState
-from ._engine import Blockers, Entry, Steps
 from .errors import LockError
 from .naming import QueueNode
 

@@ -9,8 +9,8 @@ import pytest
 from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, formats
 from zkrecipes import _engine as p
 from zkrecipes._lock import predecessor
-from zkrecipes.naming import QueueNode
 from zkrecipes.formats import CURATOR, KAZOO, ZKRECIPES, get
+from zkrecipes.naming import QueueNode
 
 KAZOO_ID = uuid.uuid4().hex  # what kazoo puts before its marker
 CURATOR_ID = f"_c_{uuid.uuid4()}-"  # Curator's protected prefix

@@ -26,12 +26,12 @@ from .._engine import (
     SLEEP,
     STALE,
     UNWATCH,
+    CreateAndList,
     DeadlinePassed,
     Delete,
     MakeParents,
-    Steps,
     Read,
-    CreateAndList,
+    Steps,
     T,
     Watch,
 )
@@ -103,7 +103,7 @@ class AioDriver(_drive.WatchState):
         if deadline is not None:
             self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self.interrupt, DeadlinePassed)
         self._ops: Dict[type, Callable[[Any], Any]] = {
-            CreateAndList: self._send,
+            CreateAndList: self._create_and_list,
             Read: self._read,
             MakeParents: self._make_parents,
             Watch: self._watch,
@@ -217,7 +217,7 @@ class AioDriver(_drive.WatchState):
         self.check()
 
     # -- the requests ----------------------------------------------------------------------------
-    async def _send(self, op: CreateAndList) -> Tuple[Any, Any, Optional[int]]:
+    async def _create_and_list(self, op: CreateAndList) -> Tuple[Any, Any, Optional[int]]:
         self.check()
         create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
         try:
@@ -257,12 +257,12 @@ class AioDriver(_drive.WatchState):
         return await self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
 
     async def _make_parents(self, op: MakeParents) -> None:
-        steps = _drive.parent_steps(self.client, op.path, op.acl, op.container)
+        requests = _drive.parent_requests(self.client, op.path, op.acl, op.container)
         value: Any = None
         error: Optional[BaseException] = None
         while True:
             try:
-                start = steps.throw(error) if error is not None else steps.send(value)
+                start = requests.throw(error) if error is not None else requests.send(value)
             except StopIteration:
                 return
             try:

@@ -34,16 +34,16 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.security import ACL
 
-from .. import _gate, _participant, naming, formats
+from .. import _gate, _participant, formats, naming
 from .. import _lock as _core_lock
 from .. import exclusive as _exclusive
 from .. import fair as _fair
 from .. import rwlock as _rwlock
+from .._engine import Cancelled, DeadlinePassed, owns
 from .._gate import Entered, Gate, in_doubt
 from .._lock import IDLE, NOWAIT_OPS_TIMEOUT, WAITING, HeldView, LockState
 from .._lock import Lock as _CoreLock
 from .._participant import Participant
-from .._engine import Cancelled, DeadlinePassed, owns
 from .._signature import NamedInit
 from ..errors import LockCancelled, LockError, LockLost, LockTimeout
 from ..naming import Contender

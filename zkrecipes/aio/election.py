@@ -10,7 +10,7 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from .. import _participant, naming, formats
+from .. import _participant, formats, naming
 from .. import election as _election
 from .._engine import Cancelled, DeadlinePassed, Entry
 from ..election import CANDIDATE, IDLE, LEADER, TermView

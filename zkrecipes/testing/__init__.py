@@ -11,7 +11,8 @@
 Importing this package needs neither pytest nor a running server.
 """
 
-from .ensemble import Ensemble, ZooKeeperNotFound, find_classpath, four_letter, free_ports
+from ._proc import ZooKeeperNotFound
+from .ensemble import Ensemble, find_classpath, four_letter, free_ports
 from .external import DockerEnsemble, ExternalEnsemble, ensemble_from_env, server_conf
 from .faults import Partition, expire_session
 

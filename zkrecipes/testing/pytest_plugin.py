@@ -36,7 +36,8 @@ from kazoo.exceptions import NoNodeError
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from .._kazoo import create_container
-from .ensemble import Ensemble, ZooKeeperNotFound
+from ._proc import ZooKeeperNotFound
+from .ensemble import Ensemble
 from .external import DockerEnsemble, ExternalEnsemble, ensemble_from_env
 
 NAMESPACE_ROOT = "/zkrecipes-test"
