@@ -14,7 +14,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Dict, List, Optional, Set, Tuple
+import weakref
+from typing import Dict, List, Optional, Tuple
 
 from ._gate import Gate
 from ._participant import delete_hold
@@ -23,8 +24,9 @@ log = logging.getLogger("zkrecipes.lock")
 
 TICK = 1.0  # seconds between the reaper thread's looks
 
-# threads that hold (or held) something, and the gates they hold it on
-_held: "Dict[threading.Thread, Set[Gate]]" = {}
+# threads that hold (or held) something, and the gates they hold it on (weakly: a gate nobody uses goes
+# at once, as the per-key benchmark checks), keyed by id so that a re-acquire finds its entry cheaply
+_held: "Dict[threading.Thread, Dict[int, weakref.ref[Gate]]]" = {}
 _lock = threading.Lock()
 _thread: Optional[threading.Thread] = None
 
@@ -33,13 +35,15 @@ def track(owner: threading.Thread, gate: Gate) -> None:
     """``owner`` now holds on ``gate``: release that if it ends holding."""
     global _thread
     gates = _held.get(owner)
-    if gates is not None and gate in gates and _thread is not None:
-        return  # a re-acquire: already followed (dict and set lookups, no lock: the hot path)
+    if gates is not None and _thread is not None:
+        ref = gates.get(id(gate))
+        if ref is not None and ref() is gate:
+            return  # a re-acquire: already followed (two dict lookups, no lock: the hot path)
     with _lock:
         gates = _held.get(owner)
         if gates is None:
-            gates = _held[owner] = set()  # released gates are dropped within a TICK (reap_ended)
-        gates.add(gate)
+            gates = _held[owner] = {}  # released gates are dropped within a TICK (reap_ended)
+        gates[id(gate)] = weakref.ref(gate)
         if _thread is None or not _thread.is_alive():  # (also after a fork: the child has no reaper)
             _thread = threading.Thread(target=_run, name="zkrecipes-reaper", daemon=True)
             _thread.start()
@@ -75,20 +79,23 @@ def reap_ended() -> None:
     todo: List[Tuple[threading.Thread, List[Gate]]] = []
     with _lock:
         for owner in list(_held):
-            gates = list(_held[owner])
+            gates = _held[owner]
+            live = [(key, g) for key, g in ((key, ref()) for key, ref in list(gates.items())) if g is not None]
             if not owner.is_alive():
                 del _held[owner]
-                todo.append((owner, gates))
+                todo.append((owner, [g for _, g in live]))
                 continue
-            for g in gates:
+            for key in [key for key, ref in gates.items() if ref() is None]:
+                del gates[key]
+            for key, g in live:
                 if owner not in g.counts:  # released since
-                    _held[owner].discard(g)
+                    del gates[key]
                     if owner in g.counts:  # re-acquired meanwhile: track()'s lock-free look saw g still here
-                        _held[owner].add(g)
-            if not _held[owner]:
+                        gates[key] = weakref.ref(g)
+            if not gates:
                 del _held[owner]
-    for _, gates in todo:
-        for g in gates:
+    for _, ended in todo:
+        for g in ended:
             reap(g)
 
 
