@@ -37,13 +37,11 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -55,11 +53,10 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness  # noqa: E402
+from zkrecipes.testing import _java  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 JAVA_SOURCE = HERE / "CuratorContender.java"
-JARS = ("curator-recipes", "curator-framework", "curator-client", "zookeeper", "zookeeper-jute", "guava",
-        "slf4j-api", "slf4j-nop")
 JAVA_OPTS = ("-Xms16m", "-Xmx96m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 
 FAIR, AIO, KAZOO, CURATOR = "zkrecipes FairLock", "zkrecipes aio FairLock", "kazoo Lock", "Curator InterProcessMutex"
@@ -234,28 +231,8 @@ class Proc:
 
 
 def curator_classpath(java_dir: str = "/usr/share/java") -> Tuple[Optional[str], str]:
-    """``(classpath, "")`` with CuratorContender compiled into a cache dir, or ``(None, why not)``."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if not javac or not java:
-        return None, "no JDK (javac/java) on PATH; on Debian: apt-get install default-jdk-headless"
-    jars = [os.path.join(java_dir, f"{j}.jar") for j in JARS]
-    missing = [j for j in jars if not os.path.exists(j)]
-    if missing:
-        return None, f"Curator jars missing ({', '.join(missing)}); on Debian: apt-get install libcurator-recipes-java"
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes() + ":".join(jars).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zkrecipes-bench" / digest
-    if not (cache / "CuratorContender.class").exists():
-        tmp = Path(tempfile.mkdtemp(prefix="curator-contender-"))
-        proc = subprocess.run([javac, "-d", str(tmp), "-cp", ":".join(jars), str(JAVA_SOURCE)],
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"javac failed on {JAVA_SOURCE}:\n{proc.stderr}")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.rename(cache)
-        except OSError:  # compiled meanwhile by another run
-            shutil.rmtree(tmp, ignore_errors=True)
-    return ":".join([str(cache)] + jars), ""
+    """``(classpath, "")`` with JAVA_SOURCE compiled (the kit's one compile-and-cache helper), or ``(None, why)``."""
+    return _java.curator_classpath(JAVA_SOURCE, java_dir)
 
 
 def _argv(impl: str, hosts: str, path: str, i: int, threads: int, session: float, work_us: int,

@@ -27,17 +27,17 @@ from __future__ import annotations
 
 import bisect
 import glob
-import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Tuple
+
+from zkrecipes.testing import _java
 
 from .check import ROW_KEYS, Windows, _load_jsonl, check_trial
 from .fenced import read_log
@@ -46,35 +46,13 @@ from .run import Slot, Trial
 SHORT_KINDS = ("session-expiry", "pause")
 PER_JVM = 2  # Curator contenders per JVM (each with its own session): 2 cores, keep JVMs few
 REFUSAL_FLEET = 2
-JARS = ("curator-recipes", "curator-framework", "curator-client", "zookeeper", "zookeeper-jute", "guava",
-        "slf4j-api", "slf4j-nop")
 JAVA_OPTS = ("-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 JAVA_SOURCE = Path(__file__).resolve().parent / "LabCuratorWorker.java"
 
 
-def curator_classpath(java_dir: str = "/usr/share/java") -> tuple:
-    """``(classpath, "")`` with LabCuratorWorker compiled into a cache dir, or ``(None, reason)``."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if not javac or not java:
-        return None, "no JDK (javac/java) on PATH; on Debian: apt-get install default-jdk-headless"
-    jars = [os.path.join(java_dir, f"{j}.jar") for j in JARS]
-    missing = [j for j in jars if not os.path.exists(j)]
-    if missing:
-        return None, f"Curator jars missing ({', '.join(missing)}); on Debian: apt-get install libcurator-recipes-java"
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes() + ":".join(jars).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zkrecipes-lab" / digest
-    if not (cache / "LabCuratorWorker.class").exists():
-        tmp = Path(tempfile.mkdtemp(prefix="lab-curator-"))
-        proc = subprocess.run([javac, "-d", str(tmp), "-cp", ":".join(jars), str(JAVA_SOURCE)],
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"javac failed on {JAVA_SOURCE}:\n{proc.stderr}")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.rename(cache)
-        except OSError:  # compiled meanwhile by another run
-            shutil.rmtree(tmp, ignore_errors=True)
-    return ":".join([str(cache)] + jars), ""
+def curator_classpath(java_dir: str = "/usr/share/java") -> Tuple[Optional[str], str]:
+    """``(classpath, "")`` with JAVA_SOURCE compiled (the kit's one compile-and-cache helper), or ``(None, why)``."""
+    return _java.curator_classpath(JAVA_SOURCE, java_dir)
 
 
 def skip_reason(name: str) -> Optional[str]:

@@ -9,22 +9,20 @@ e.g. the code before node formats existed).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
 
+from zkrecipes.testing import _java
+
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "interop_worker.py"
 JAVA_SOURCE = HERE / "interop" / "CuratorWorker.java"
-JARS = ("curator-recipes", "curator-framework", "curator-client", "zookeeper", "zookeeper-jute", "guava",
-        "slf4j-api", "slf4j-nop")
 JAVA_OPTS = ("-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xshare:auto")
 READERS = ("kazoo-read", "zk-read", "read")
 
@@ -44,29 +42,8 @@ class Result(NamedTuple):
 
 
 def curator_classpath(java_dir: str = "/usr/share/java") -> Tuple[Optional[str], str]:
-    """``(classpath, "")`` with CuratorWorker compiled into a cache dir, or ``(None, reason)`` if no JDK or
-    no Curator jars are here (make setup installs them on Debian as root)."""
-    javac, java = shutil.which("javac"), shutil.which("java")
-    if not javac or not java:
-        return None, "no JDK (javac/java) on PATH; as root on Debian: apt-get install default-jdk-headless"
-    jars = [os.path.join(java_dir, f"{j}.jar") for j in JARS]
-    missing = [j for j in jars if not os.path.exists(j)]
-    if missing:
-        return None, f"Curator jars missing ({', '.join(missing)}); on Debian: apt-get install libcurator-recipes-java"
-    digest = hashlib.sha256(JAVA_SOURCE.read_bytes() + ":".join(jars).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "zkrecipes-interop" / digest
-    if not (cache / "CuratorWorker.class").exists():
-        tmp = Path(tempfile.mkdtemp(prefix="curator-worker-"))
-        proc = subprocess.run([javac, "-d", str(tmp), "-cp", ":".join(jars), str(JAVA_SOURCE)],
-                              capture_output=True, text=True, timeout=300)
-        if proc.returncode != 0:
-            raise RuntimeError(f"javac failed on {JAVA_SOURCE}:\n{proc.stderr}")
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            tmp.rename(cache)
-        except OSError:  # compiled meanwhile by another run
-            shutil.rmtree(tmp, ignore_errors=True)
-    return ":".join([str(cache)] + jars), ""
+    """``(classpath, "")`` with JAVA_SOURCE compiled (the kit's one compile-and-cache helper), or ``(None, why)``."""
+    return _java.curator_classpath(JAVA_SOURCE, java_dir)
 
 
 class Worker:
