@@ -2,7 +2,8 @@
 
 Requests go out through kazoo's async API (the create and its listing pipelined by the seam); the
 thread waits on their results and on one ``threading.Event`` that watch notifications, session events
-and ``cancel()`` set. Everything but cleanup is bounded by the acquire's deadline; idempotent reads are
+and ``cancel()`` set; a wait for the local gate (:class:`~zkrecipes._engine.WaitGate`) waits on the
+gate's condition. Everything but cleanup is bounded by the acquire's deadline; idempotent reads are
 retried on transient errors (tenacity, :mod:`zkrecipes.retry`).
 """
 
@@ -26,8 +27,9 @@ from kazoo.exceptions import (
 from kazoo.protocol.states import EventType, WatchedEvent
 from kazoo.security import ACL
 
-from . import _kazoo, formats, retry
+from . import _kazoo, retry
 from ._engine import (
+    NOW,
     PAUSE,
     SESSION,
     SLEEP,
@@ -39,12 +41,13 @@ from ._engine import (
     Delete,
     MakeParents,
     Read,
+    ReadAll,
     Steps,
     T,
+    WaitGate,
     Watch,
 )
 from .errors import ClientClosed, LockError
-from .naming import Contender
 from .session import SessionWatcher
 
 log = logging.getLogger("zkrecipes.engine")
@@ -132,13 +135,13 @@ class Driver(WatchState):
     Built per acquire, so it is kept cheap: the wake-up Event and the session subscription are made
     only when the acquire has to wait (an uncontended acquire never does)."""
 
-    __slots__ = ("nowait", "deadline", "cancel", "policy", "wake", "path", "__weakref__")
+    __slots__ = ("nowait", "deadline", "cancelled", "policy", "wake", "path", "__weakref__")
 
     def __init__(
         self,
         client: KazooClient,
         deadline: Optional[float],
-        cancel: threading.Event,
+        cancelled: Callable[[], bool],
         policy: Optional[tenacity.Retrying],
         nowait: bool = False,
         path: str = "",
@@ -147,14 +150,15 @@ class Driver(WatchState):
         self.path = path  # named by the error a stopped client raises
         self.nowait = nowait
         self.deadline = deadline
-        self.cancel = cancel
+        self.cancelled = cancelled
         self.policy = policy
         self.wake: Optional[threading.Event] = None  # made before the first wait (see interrupt())
         self._session = None
 
     def interrupt(self) -> None:
-        """Wake a waiting acquire (call after setting its cancel; any thread). A driver that has no
-        Event yet has not started to wait: it sees the cancel before it does."""
+        """Wake a waiting acquire (call after its ``cancelled()`` turned True; any thread). A driver that
+        has no Event yet has not started to wait: it sees the cancel before it does. (A wait for the
+        gate is woken by the gate: see :meth:`Gate.wake_all <zkrecipes._gate.Gate.wake_all>`.)"""
         wake = self.wake
         if wake is not None:
             wake.set()
@@ -190,6 +194,8 @@ class Driver(WatchState):
             self.close()
 
     def _plain(self, op: Any) -> Any:
+        if op is NOW:
+            return time.monotonic()
         if op is STALE:
             return self._stale()
         if op is SLEEP:
@@ -220,7 +226,27 @@ class Driver(WatchState):
         return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     def _read(self, op: Read) -> Any:
-        return self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
+        start = getattr(self.client, op.kind + "_async")
+        if not op.once:
+            return self.call(lambda: start(op.path))
+        limit = _kazoo.session_timeout(self.client)
+        if self.deadline is not None:
+            limit = max(0.0, min(limit, self.deadline - time.monotonic()))
+        return start(op.path).get(timeout=limit)
+
+    def _read_all(self, op: ReadAll) -> List[Any]:
+        pending = [self.client.get_async(path) for path in op.paths]  # pipelined
+        for ar in pending:
+            self._wait_ready(ar)
+        return [_kazoo.outcome(ar) for ar in pending]
+
+    def _wait_gate(self, op: WaitGate) -> None:
+        gate = op.gate
+        with gate.mutex:
+            while gate.version == op.version:
+                self.check()
+                left = 0.5 if self.deadline is None else min(0.5, self.deadline - time.monotonic())
+                gate.cond.wait(max(0.0, left))
 
     def _make_parents(self, op: MakeParents) -> None:
         requests = parent_requests(self.client, op.path, op.acl, op.container)
@@ -262,7 +288,7 @@ class Driver(WatchState):
         return stat
 
     def _delete(self, op: Delete) -> bool:
-        return delete(self.client, op.path, op.session, self.policy)
+        return delete(self.client, op.path, op.session, self.policy, gone=op.gone)
 
     # -- waiting ------------------------------------------------------------------------------------
     def _on_session(self, event: str) -> None:
@@ -274,7 +300,7 @@ class Driver(WatchState):
 
     def check(self) -> None:
         """Raise Cancelled, DeadlinePassed or ClientClosed if the acquire must stop."""
-        if self.cancel.is_set():
+        if self.cancelled():
             raise Cancelled()
         if self.deadline is not None and time.monotonic() >= self.deadline:
             raise DeadlinePassed()
@@ -326,6 +352,8 @@ def client_closed(path: str) -> ClientClosed:
 _OPS: Dict[type, Callable[[Driver, Any], Any]] = {  # the requests with arguments, by type
     CreateAndList: Driver._create_and_list,
     Read: Driver._read,
+    ReadAll: Driver._read_all,
+    WaitGate: Driver._wait_gate,
     MakeParents: Driver._make_parents,
     Watch: Driver._watch,
     Delete: Driver._delete,
@@ -456,21 +484,3 @@ def _delete_once(
     exc = _kazoo.outcome(ar)
     if isinstance(exc, BaseException):
         raise exc
-
-
-def contenders(client: KazooClient, path: str) -> List[Contender]:
-    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
-    in any format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors propagate."""
-    try:
-        nodes = formats.sort_any(client.get_children(path))
-    except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
-        return []
-    pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]
-    out = []
-    for (found, n), ar in zip(nodes, pending):
-        try:
-            data, _ = ar.get()
-        except NoNodeError:
-            continue
-        out.append(formats.contender(found, n, data))
-    return out

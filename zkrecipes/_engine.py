@@ -23,7 +23,7 @@ from kazoo.security import ACL
 
 from . import formats, naming
 from .formats import NodeFormat
-from .naming import QueueNode
+from .naming import Contender, QueueNode
 from .retry import TRANSIENT
 
 T = TypeVar("T")
@@ -55,10 +55,18 @@ class CreateAndList(NamedTuple):
 
 class Read(NamedTuple):
     """An idempotent read, retried on transient errors: kazoo's ``<kind>_async(path)`` for ``kind`` in
-    ``get_children``, ``get``, ``exists``, ``sync``."""
+    ``get_children``, ``get``, ``exists``, ``sync``. With ``once``: one attempt, bounded by the session
+    timeout and the deadline (a check of what we hold: its error is the answer, not a reason to wait)."""
 
     kind: str
     path: str
+    once: bool = False
+
+
+class ReadAll(NamedTuple):
+    """``get`` of every path, pipelined: answer a list of ``(data, stat)`` or the exception, in order."""
+
+    paths: Sequence[str]
 
 
 class MakeParents(NamedTuple):
@@ -82,10 +90,20 @@ class Watch(NamedTuple):
 
 class Delete(NamedTuple):
     """Delete our node ``path`` unless the client's session is no longer ``session``; never bounded by the
-    acquire's deadline (it cleans up). Answer: False if the session (and the node with it) was gone."""
+    acquire's deadline (it cleans up). Without a connection it waits for one until ``gone()`` says the
+    session is gone. Answer: False if the session (and the node with it) was gone."""
 
     path: str
     session: Optional[int]
+    gone: Optional[Callable[[], bool]] = None
+
+
+class WaitGate(NamedTuple):
+    """Wait until the local gate ``gate`` (:class:`zkrecipes._gate.Gate`) changes: its ``version`` is no
+    longer ``version``. Answer: None."""
+
+    gate: Any
+    version: int
 
 
 class _NoArgs(NamedTuple):
@@ -101,6 +119,7 @@ STALE = _NoArgs("stale")  # answer: True if a grant now would rest on old news (
 SLEEP = _NoArgs("sleep")
 PAUSE = _NoArgs("pause")  # wait a moment (a new session is being set up); wakes early on any event
 UNWATCH = _NoArgs("unwatch")  # drop our watches
+NOW = _NoArgs("now")  # answer: the driver's clock (time.monotonic())
 
 Step = Any  # one of the above
 Steps = Generator[Step, Any, T]  # a recipe's steps: yields Steps, is sent their answers, returns T
@@ -374,3 +393,23 @@ def race(
         if seen is not None:
             seen(1)
         yield SLEEP
+
+
+# -- observing -----------------------------------------------------------------------------------------
+def contenders(path: str) -> Steps[List[Contender]]:
+    """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
+    in any node format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors
+    propagate."""
+    try:
+        nodes = formats.sort_any((yield Read("get_children", path)))
+    except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
+        return []
+    replies = yield ReadAll([f"{path}/{n.name}" for _, n in nodes])
+    out = []
+    for (found, n), reply in zip(nodes, replies):
+        if isinstance(reply, NoNodeError):
+            continue
+        if isinstance(reply, BaseException):
+            raise reply
+        out.append(formats.contender(found, n, reply[0]))
+    return out

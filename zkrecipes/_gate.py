@@ -10,8 +10,9 @@ read side too (downgrade); a reader asking for the write side gets LockError (it
 Re-entry (acquire again, a nested ``with``, a read under our own write) is granted only while the hold is
 certain (:func:`in_doubt`): on a lost hold, or one in doubt, it raises LockLost, so nothing reports a hold
 held that may be someone else's. The decisions (:meth:`Gate.try_enter`, :meth:`Gate.granted`,
-:meth:`Gate.leave`) need no ZooKeeper and no waiting; :meth:`Gate.enter` is the blocking (threads) form,
-:mod:`zkrecipes.aio` has the asyncio form (it registers a waker).
+:meth:`Gate.leave`) need no ZooKeeper and no waiting; :func:`enter` and :func:`finish_leave` are the
+engine steps around them, run by either driver (a wait for the gate is the step
+:class:`~zkrecipes._engine.WaitGate`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from __future__ import annotations
 import collections
 import enum
 import threading
-import time
 import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optional, Sequence, Set, Tuple
 
 from kazoo.client import KazooClient
 
+from ._engine import Delete, Steps, WaitGate
 from .errors import LockError, LockLost
 from .naming import READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
@@ -87,7 +88,7 @@ class Gate:
 
     path: str
     mutex: Any = field(default_factory=threading.RLock, repr=False)  # guards every field below
-    cond: threading.Condition = field(init=False, repr=False)  # over ``mutex``: owners wait in enter()
+    cond: threading.Condition = field(init=False, repr=False)  # over ``mutex``: threads wait on it (WaitGate)
     hold: Any = None  # the session.Hold shared by the local holders
     mode: Optional[str] = None  # READ or WRITE while held
     busy: bool = False  # an owner is talking to ZooKeeper for this gate (acquire or final release)
@@ -99,6 +100,7 @@ class Gate:
     objects: Dict[Any, Tuple[str, Detach]] = field(default_factory=dict)
     writer_behind: Any = None  # the hold behind whose node a writer was seen queued
     wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
+    version: int = 0  # bumped by every change a waiter may care about (:meth:`changed`)
 
     def __post_init__(self) -> None:
         self.cond = threading.Condition(self.mutex)
@@ -260,46 +262,23 @@ class Gate:
             c = self.counts.get(me)
             return self.hold if c is not None and c.side(kind) else None
 
-    # -- the blocking form ---------------------------------------------------------------------------
-    def enter(
-        self,
-        me: Owner,
-        kind: str,
-        blocking: bool,
-        deadline: Optional[float],
-        cancelled: Callable[[], bool],
-        hold_is_good: Callable[[Any], bool],
-        tolerate_suspended: bool = False,
-    ) -> Optional[Entered]:
-        """Wait for the gate: HAVE, QUEUE, or None on a miss, the deadline or a cancel (LockLost: see
-        :meth:`try_enter`)."""
+    # -- waiting for the gate (see :func:`enter`) -------------------------------------------------
+    def line_up(self, me: Owner, kind: str) -> int:
+        """Put ``me`` in the line (once; call with ``mutex`` held); the version to wait for a change of."""
+        if me not in self.line:
+            self.line.append(me)  # owners queue for the gate in arrival order
+            if kind == WRITE:
+                self.waiting_writers += 1
+        return self.version
+
+    def leave_line(self, me: Owner, kind: str) -> None:
+        """Take ``me`` out of the line, however it leaves it (granted, miss, error, cancel)."""
         with self.mutex:
-            if self.hold is None and not self.busy and not self.line:  # idle: nobody to join or to wait for
-                self.busy = True
-                return Entered.QUEUE
-            try:
-                while True:
-                    got = self.try_enter(me, kind, hold_is_good, tolerate_suspended)
-                    if got is not Entered.WAIT:
-                        return got
-                    if cancelled():
-                        return None
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if not blocking or (remaining is not None and remaining <= 0):
-                        return None
-                    if me not in self.line:
-                        self.line.append(me)  # owners queue for the gate in arrival order
-                    if kind == WRITE:
-                        self.waiting_writers += 1
-                    try:
-                        self.cond.wait(0.5 if remaining is None else min(remaining, 0.5))
-                    finally:
-                        if kind == WRITE:
-                            self.waiting_writers -= 1
-            finally:
-                if me in self.line:  # leave the line however we leave (granted, miss, error)
-                    self.line.remove(me)
-                    self.changed()
+            if me in self.line:
+                self.line.remove(me)
+                if kind == WRITE:
+                    self.waiting_writers -= 1
+                self.changed()
 
     def wake_all(self) -> None:
         with self.mutex:
@@ -307,6 +286,7 @@ class Gate:
 
     def changed(self) -> None:
         """Tell every waiter to look again (call with ``mutex`` held): threads and registered wakers."""
+        self.version += 1
         self.cond.notify_all()
         for wake in list(self.wakers):
             wake()
@@ -330,3 +310,55 @@ def gate(client: KazooClient, path: str, key: str) -> Gate:
         if g is None:
             g = per_client[(path, key)] = Gate(path)
         return g
+
+
+# -- the steps around the gate (both fronts) ------------------------------------------------------------
+def enter(
+    gate: Gate, me: Owner, kind: str, blocking: bool, hold_is_good: Callable[[Any], bool], tolerate_suspended: bool
+) -> Steps[Optional[Entered]]:
+    """Wait for the gate: HAVE, QUEUE, or None on a non-blocking miss (the driver throws in the deadline
+    and a cancel); LockLost on re-entry into a hold in doubt (:meth:`Gate.try_enter`)."""
+    with gate.mutex:
+        if gate.hold is None and not gate.busy and not gate.line:  # idle: nobody to join or to wait for
+            gate.busy = True
+            return Entered.QUEUE
+        got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended)
+    if got is not Entered.WAIT or not blocking:
+        return None if got is Entered.WAIT else got
+    try:
+        while True:
+            with gate.mutex:
+                got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended)
+                if got is not Entered.WAIT:
+                    return got
+                version = gate.line_up(me, kind)
+            yield WaitGate(gate, version)
+    finally:
+        gate.leave_line(me, kind)
+
+
+def finish_leave(gate: Gate, left: LeaveResult) -> Steps[None]:
+    """What :meth:`Gate.leave` (or :meth:`Gate.drop`) left to do: detach a side no longer held, or, for
+    the last level, delete the node (:func:`release_hold`), reopen the gate and detach every object."""
+    if not left.last:
+        for detach in left.downgraded:  # the write side is no longer held: "idle", no token, no node
+            detach(left.hold)
+        return
+    try:
+        yield from release_hold(left.hold)  # a session found gone is reported as lost, even this late
+    finally:
+        gate.released()
+        for detach in left.detach:
+            detach(left.hold)
+
+
+def release_hold(hold: Any) -> Steps[None]:
+    """Delete a hold's node and stop following it. Without a connection, wait for one until the hold is
+    declared lost; a session found gone marks the hold lost (its owner is told even this late). A lost
+    hold's node, if its session lives on after all, is deleted when the client reconnects."""
+    hold.releasing = True
+    try:
+        if hold.state != LOST and not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
+            hold.mark_lost()
+    finally:
+        hold.close()

@@ -1,9 +1,11 @@
-"""The public lock API shared by every recipe: acquire/release, state, listeners, check, fencing token.
+"""A lock's whole life, written once for both fronts, and the threaded front.
 
-A recipe declares its node kind (``_kind``), its wait-rule (``_rule``) and, if it is not a queue, its
-steps (``_steps``: :func:`zkrecipes._engine.race` for ExclusiveLock); the local gate
-(:mod:`zkrecipes._gate`), deadlines, cancel and session-state reporting live here once, and the waiting
-loop once in :mod:`zkrecipes._engine`.
+:class:`Participant` validates the shared constructor arguments and keeps states and listeners;
+:class:`LockCore` is a lock's life as engine steps (:mod:`zkrecipes._engine`): enter the local gate
+(:mod:`zkrecipes._gate`), queue our node, hold, check, release. A recipe declares its node kind
+(``_kind``), its wait-rule (``_rule``) and, if it is not a queue, its steps (``_steps``). A front says
+who owns a hold (a thread here, a task in :mod:`zkrecipes.aio`) and which driver runs the steps
+(:class:`Threaded` here).
 """
 
 from __future__ import annotations
@@ -12,16 +14,23 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Callable, Iterator, List, Literal, Optional, Set, Tuple
+from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set
 
-from . import _engine, _gate, _kazoo, _reaper, naming
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError, SessionExpiredError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
+
+from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
+from . import retry as _retry  # the keyword argument is called retry
 from ._drive import Driver
-from ._engine import Cancelled, DeadlinePassed, Entry, Steps
-from ._gate import Entered, Gate
-from ._participant import Participant
-from .errors import LockCancelled, LockError, LockTimeout
-from .naming import QueueNode
-from .session import HELD, LOST, Hold
+from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
+from ._gate import Entered, Gate, in_doubt
+from ._signature import NamedInit
+from .errors import LockCancelled, LockError, LockLost, LockTimeout
+from .naming import Contender, QueueNode
+from .session import HELD, LOST, Hold, SessionWatcher
+from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -29,6 +38,8 @@ LockState = Literal["idle", "waiting", "held", "suspended", "lost"]
 IDLE: LockState = "idle"
 WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
+Listener = Callable[[Any, str], None]
+Owner = Hashable  # a thread, or an asyncio task
 
 
 def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
@@ -46,58 +57,365 @@ def _joinable(hold: Optional[Hold]) -> bool:
     return hold is not None and hold.state == HELD
 
 
-class HeldView:
-    """``is_held``, ``token`` and ``node`` of a lock object, read from its local gate: the same for the
-    threaded locks and :mod:`zkrecipes.aio`'s (whose owner is the task, not the thread)."""
-
-    _gate: Gate
-
-    def _my_hold(self) -> Optional[Hold]:
-        """The hold of the calling owner (thread or task), if it holds this lock."""
-        raise NotImplementedError
-
-    @property
-    def is_held(self) -> bool:
-        """True only for the owner (thread; task in :mod:`zkrecipes.aio`) that holds the lock while the hold
-        is certain: not suspended or lost, and confirmed by ZooKeeper since the process last stood still
-        (GC pause, SIGSTOP)."""
-        hold = self._my_hold()
-        return hold is not None and hold.state == HELD and not hold.stale()
-
-    @property
-    def token(self) -> Optional[int]:
-        """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
-        hold = self._gate.hold
-        return hold.token if hold is not None and hold.state != LOST and self in self._gate.objects else None
-
-    @property
-    def node(self) -> Optional[str]:
-        """Full path of our node while held, else None."""
-        hold = self._gate.hold
-        return hold.node if hold is not None and self in self._gate.objects else None
+def _confirm(hold: Hold) -> Steps[Optional[Exception]]:
+    """Confirm a hold the process stood still on (one read): a node gone or not ours marks it lost.
+    Returns the error if ZooKeeper could not say (the hold stays unconfirmed)."""
+    if not hold.stale():
+        return None
+    asked = yield NOW
+    try:
+        ok = owns((yield Read("exists", hold.node, once=True)), hold.session)
+    except (NoNodeError, SessionExpiredError):
+        ok = False
+    except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
+        log.info("could not confirm %s after a stall: %s", hold.node, exc)
+        return exc
+    hold.confirmed(ok, asked)
+    return None
 
 
-class Lock(HeldView, Participant):
-    """Base of every zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
+class Participant(NamedInit):
+    """Validates the shared constructor arguments (before any ZooKeeper call), keeps states and
+    listeners, and makes and checks holds. A front supplies the ``_told`` hook (below)."""
 
-    _kind = naming.WRITE
-    _gate_key = "queue"
-    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
+    _recipe = "lock"  # what its node format is for (:data:`zkrecipes.formats.RECIPES`)
+    _owner_word = "thread"  # who owns a hold, in error messages
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = formats.ZKRECIPES,
+    ) -> None:
+        if not isinstance(client, KazooClient):
+            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
+        self.path = naming.validate_path(path)
+        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
+        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
+        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
+            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
+        if not isinstance(tolerate_suspended, bool):
+            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
+        self._format = formats.get(protocol, self._recipe)  # the node format: names, data, who we queue with
+        self.protocol = self._format.name
+        self.client = client
+        _kazoo.nudger.attend(client)  # replies a server sits on are nudged on this client's connection
+        self.acl: Optional[List[ACL]] = list(acl) if acl else None
+        self._acl: List[ACL] = list(acl) if acl else list(OPEN_ACL_UNSAFE)  # applied to every node we make
+        self.retry: Optional[tenacity.Retrying] = _retry.validate_policy(retry)
+        self.tolerate_suspended = tolerate_suspended
+        self.lost = self._new_event()  # set when the hold (or leadership) is lost; cleared by a new acquire
+        self._state = "idle"
+        self._state_lock = threading.Lock()
+        self._listeners: List[Listener] = []
+        self._watcher: Optional[SessionWatcher] = None  # the client's, found on the first hold
+        self._cancelled = False  # cancel() was called since the current acquire (campaign) began
+        self._drivers: Set[Any] = set()  # the drivers running this object's acquires, for cancel()
+        self._setup()
 
     def _setup(self) -> None:
-        self._gate: Gate = _gate.gate(self.client, self.path, self._gate_key)
-        self._cancel = threading.Event()
-        self._drivers: Set[Driver] = set()
+        """What a recipe adds to a new object (after validation, before any ZooKeeper call)."""
 
-    # -- what a recipe declares ----------------------------------------------------------------------
+    # -- what a front supplies ---------------------------------------------------------------------
+    _new_event: Callable[[], Any] = threading.Event  # the ``lost`` event's class
+
+    def _told(self, hold: Hold, state: str) -> None:
+        """A hold's listener (the session thread): hand ``_report(hold, state)`` to where listeners run."""
+        raise NotImplementedError
+
+    def _report(self, hold: Hold, state: str) -> None:
+        raise NotImplementedError
+
+    # -- states and listeners ------------------------------------------------------------------------
+    def _set_state(self, state: str) -> None:
+        """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
+        if not self._listeners:  # nobody to tell: a plain store (a listener added meanwhile sees the next)
+            self._state = state
+            return
+        with self._state_lock:
+            if self._state == state:
+                return
+            self._state = state
+            listeners = list(self._listeners)
+        for fn in listeners:
+            try:
+                fn(self, state)
+            except Exception:
+                log.exception("listener %r of %s failed", fn, self.path)
+
+    def add_listener(self, fn: Listener) -> None:
+        """Call ``fn(self, state)`` on every state change (never on kazoo's threads; in :mod:`zkrecipes.aio`
+        on the event loop's thread; keep it short)."""
+        if not callable(fn):
+            raise TypeError(f"listener must be callable, got {fn!r}")
+        with self._state_lock:
+            self._listeners.append(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        """Stop calling ``fn``; unknown functions are ignored."""
+        with self._state_lock:
+            if fn in self._listeners:
+                self._listeners.remove(fn)
+
+    def cancel(self) -> None:
+        """Make pending acquires (campaigns) of this object return False (``with``/``hold()`` raise
+        :class:`~zkrecipes.LockCancelled`); their nodes are deleted. Safe to call from any thread."""
+        self._cancelled = True
+        for d in list(self._drivers):
+            d.interrupt()
+
+    def _is_cancelled(self) -> bool:
+        return self._cancelled
+
+    # -- holds ---------------------------------------------------------------------------------------
+    def _make_hold(self, entry: Entry, gate: object = None) -> Hold:
+        """Follow our granted node; ``gate`` (a lock's local gate) lives as long as the hold."""
+        watcher = self._watcher
+        if watcher is None:
+            watcher = self._watcher = SessionWatcher.of(self.client)
+        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher)
+        hold.gate = gate
+        if _kazoo.session_id(self.client) != entry.session:
+            hold.settle()  # the connection dropped, or the session ended, while we were granted
+        return hold
+
+    def _verify(self, hold: Hold) -> bool:
+        """Our node still exists and belongs to the hold's session (the session thread asks)."""
+        stat = self.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(self.client))
+        return owns(stat, hold.session)
+
+    def _cleanup(self, hold: Hold) -> None:
+        """Delete the node of a hold declared lost while its session lived on, once the session is back
+        (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
+        if self._verify(hold):
+            _drive.delete(self.client, hold.node, hold.session, self.retry)
+
+    def _certain(self, hold: Hold, what: str) -> Steps[None]:
+        """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
+        confirmed by ZooKeeper if the process stood still since it was last known good."""
+        error = yield from _confirm(hold)
+        why = in_doubt(hold, self.tolerate_suspended)
+        if why is not None:
+            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}" + (f" ({error})" if error else "")) from error
+
+    def _fence_hold(self) -> Hold:
+        """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""
+        raise NotImplementedError
+
+    def _contenders(self) -> Steps[List[Contender]]:
+        return _engine.contenders(self.path)
+
+
+class LockCore(Participant):
+    """Every lock's life as engine steps, for both fronts: :meth:`_acquire`, :meth:`_release`,
+    :meth:`_check`; the public properties read the calling owner's hold from the local gate."""
+
+    _kind = naming.WRITE
+    _gate_key = "queue"  # lock objects with the same (client, path, key) share a gate
+    _gate_prefix = ""  # the asyncio front's tasks get gates of their own, apart from threads
+    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
+
+    def _setup(self) -> None:
+        self._gate: Gate = _gate.gate(self.client, self.path, self._gate_prefix + self._gate_key)
+        self._attached: Set[Hold] = set()  # the holds this object reports on
+
+    # -- what a front supplies ---------------------------------------------------------------------
+    def _current_owner(self) -> Optional[Owner]:
+        """The calling owner (thread or task), or None where there is none (outside a task)."""
+        raise NotImplementedError
+
+    def _track(self, me: Any, gate: Gate) -> None:
+        """``me`` holds on ``gate`` now: release that if ``me`` ends holding it."""
+
+    # -- what a recipe may change ------------------------------------------------------------------
+    def _gate_for(self, me: Optional[Owner]) -> Gate:
+        """The gate ``me`` takes this lock through (one per object; a semaphore's: one per owner)."""
+        return self._gate
+
+    def _wake_gates(self) -> None:
+        self._gate.wake_all()
 
     def _steps(self) -> Steps[Entry]:
         fmt = self._format
         prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
         return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen)
 
-    # -- acquire / release ---------------------------------------------------------------------------
+    # -- the life ------------------------------------------------------------------------------------
+    def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
+        """Enter the gate (re-entry, a local reader joining, or our turn to queue), queue our node, hold.
+        False on a miss, the deadline or a cancel (our node deleted)."""
+        gate = self._gate_for(me)
+        mine = gate.owned(me)
+        if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
+            yield from _confirm(mine)
+        elif self._kind == naming.READ:
+            yield from self._look_for_writers(gate, me)
+        try:
+            entered = yield from _gate.enter(gate, me, self._kind, blocking, _joinable, self.tolerate_suspended)
+        except (DeadlinePassed, Cancelled):
+            return False
+        if entered is Entered.HAVE:
+            if mine is None:  # a new owner joined the read hold of other owners
+                self._track(me, gate)
+            self._attach(gate, gate.hold)
+            return True
+        if entered is None:
+            return False
+        if self.lost.is_set():  # (clear() takes a lock: only when there is something to clear)
+            self.lost.clear()
+        self._set_state(WAITING)
+        hold = None
+        try:
+            entry = yield from self._steps()
+            hold = self._make_hold(entry, gate)  # a held lock's gate outlives its lock objects
+        except (DeadlinePassed, Cancelled):
+            pass
+        finally:
+            gate.granted(me, self._kind, hold)
+            if hold is None:
+                self._set_state(IDLE)
+        if hold is None:
+            return False
+        self._track(me, gate)
+        self._attach(gate, hold)
+        return True
+
+    def _look_for_writers(self, gate: Gate, me: Owner) -> Steps[None]:
+        """Before an owner joins this process's read hold: one listing per hold (see
+        :meth:`Gate.look_behind <zkrecipes._gate.Gate.look_behind>`)."""
+        hold = gate.unchecked_read_hold(me)
+        if hold is None:
+            return
+        try:
+            names = yield Read("get_children", self.path, once=True)
+        except Exception:
+            return  # not known: the hold's own state decides (a suspended hold is not joined)
+        gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names))
+
+    def _release(self, me: Owner) -> Steps[None]:
+        """Release one level of ``me``'s hold; the last deletes our node (see :func:`_gate.finish_leave`)."""
+        gate = self._gate_for(me)
+        yield from _gate.finish_leave(gate, gate.leave(me, self._kind))
+
+    def _check(self, me: Optional[Owner]) -> Steps[None]:
+        hold = self._my_hold(me)
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling {self._owner_word}")
+        yield from self._certain(hold, "hold")
+
+    def cancel(self) -> None:
+        super().cancel()
+        self._wake_gates()
+
+    # -- reporting -----------------------------------------------------------------------------------
+    def _attach(self, gate: Gate, hold: Hold) -> None:
+        if not gate.attach(self, self._kind, self._detach):
+            return
+        self._attached.add(hold)
+        hold.add_listener(self._told)
+        self._report(hold, hold.state)
+
+    def _detach(self, hold: Hold) -> None:
+        hold.remove_listener(self._told)
+        self._attached.discard(hold)
+        self._set_state(IDLE)
+
+    def _report(self, hold: Hold, state: str) -> None:
+        if hold not in self._attached:
+            return  # detached meanwhile: old news (a loss found while releasing is still told)
+        if state == LOST:
+            self.lost.set()
+        self._set_state(state)
+
+    # -- what every lock reports -------------------------------------------------------------------
+    def _my_hold(self, me: Optional[Owner]) -> Optional[Hold]:
+        if me is None:
+            return None
+        hold: Optional[Hold] = self._gate_for(me).held_by(me, self._kind)
+        return hold
+
+    def _fence_hold(self) -> Hold:
+        hold = self._my_hold(self._current_owner())
+        if hold is None:
+            raise LockError(f"{self.path} is not held by the calling {self._owner_word}")
+        return hold
+
+    @property
+    def state(self) -> LockState:
+        """``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
+        return self._state  # type: ignore[return-value]
+
+    @property
+    def is_held(self) -> bool:
+        """True only for the owner (thread; task in :mod:`zkrecipes.aio`) that holds the lock while the hold
+        is certain: not suspended or lost, and confirmed by ZooKeeper since the process last stood still
+        (GC pause, SIGSTOP)."""
+        hold = self._my_hold(self._current_owner())
+        return hold is not None and hold.state == HELD and not hold.stale()
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
+        gate = self._gate_for(self._current_owner())
+        hold = gate.hold
+        return hold.token if hold is not None and hold.state != LOST and self in gate.objects else None
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of our node while held, else None."""
+        gate = self._gate_for(self._current_owner())
+        hold = gate.hold
+        return hold.node if hold is not None and self in gate.objects else None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path!r} state={self._state}>"
+
+
+class Threaded(Participant):
+    """The threaded front: a hold is owned by a thread; steps run on the calling thread (:class:`Driver`)."""
+
+    def _current_owner(self) -> threading.Thread:
+        return threading.current_thread()
+
+    def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
+        driver = Driver(self.client, deadline, self._is_cancelled, self.retry, nowait, self.path)
+        self._drivers.add(driver)
+        try:
+            return driver.run(steps)
+        finally:
+            self._drivers.discard(driver)
+
+    def _told(self, hold: Hold, state: str) -> None:
+        self._report(hold, state)
+
+    def _track(self, me: Any, gate: Gate) -> None:
+        _reaper.track(me, gate)
+
+    def _check_hold(self, hold: Hold, what: str) -> None:
+        self._run(self._certain(hold, what))
+
+    def transaction(self) -> HeldTransaction:
+        """A kazoo transaction that commits only while this hold lives (ZooKeeper's ``IsOwner()``
+        compare): see :class:`~zkrecipes.transaction.HeldTransaction`. Raises as :meth:`check` does
+        when there is no hold to fence by."""
+        return HeldTransaction(self.client, self.path, self._fence_hold(), self._check_hold)
+
+    def contenders(self) -> List[Contender]:
+        """Every holder and waiter in queue order, as :class:`~zkrecipes.Contender` tuples (``[]`` if the
+        path does not exist). Connection errors are raised, not hidden."""
+        return self._run(self._contenders())
+
+
+class Lock(Threaded, LockCore):
+    """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
+
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Acquire the lock; return True once held.
 
@@ -111,79 +429,19 @@ class Lock(HeldView, Participant):
         """
         if not isinstance(blocking, bool):
             raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        if timeout is not None and not (type(timeout) is float and timeout >= 0.0):  # (NaN fails >=)
-            timeout = naming.validate_timeout(timeout)
+        timeout = naming.validate_timeout(timeout)
         if not blocking and timeout is not None:
             raise ValueError("can't specify a timeout for a non-blocking call")
         if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")
             blocking, timeout = False, None
-        deadline = None if timeout is None else time.monotonic() + timeout
+        if blocking:
+            deadline = None if timeout is None else time.monotonic() + timeout
+        else:
+            deadline = time.monotonic() + NOWAIT_OPS_TIMEOUT
         me = threading.current_thread()
         self._reap(me)
-        if self._cancel.is_set():  # Event.clear() takes a lock: only when there is something to clear
-            self._cancel.clear()
-        mine = self._gate.owned(me)
-        if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
-            mine.confirm()
-        elif self._kind == naming.READ:
-            self._look_for_writers(deadline)
-        entered = self._gate.enter(
-            me, self._kind, blocking, deadline, self._cancel.is_set, _joinable, self.tolerate_suspended
-        )
-        if entered is Entered.HAVE:
-            if mine is None:  # a new owner joined the read hold of other threads
-                _reaper.track(me, self._gate)
-            self._attach(self._gate.hold)
-            return True
-        if entered is None:
-            return False
-        return self._acquire_node(me, blocking, deadline)
-
-    def _reap(self, me: threading.Thread) -> None:
-        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`);
-        ``me`` is the calling thread."""
-        counts = self._gate.counts
-        if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
-            _reaper.reap(self._gate)
-
-    def _look_for_writers(self, deadline: Optional[float]) -> None:
-        """Before a thread joins this process's read hold: one listing per hold (see
-        :meth:`Gate.look_behind <zkrecipes._gate.Gate.look_behind>`)."""
-        hold = self._gate.unchecked_read_hold(threading.current_thread())
-        if hold is None:
-            return
-        limit = _kazoo.session_timeout(self.client)
-        if deadline is not None:
-            limit = max(0.0, min(limit, deadline - time.monotonic()))
-        try:
-            names = self.client.get_children_async(self.path).get(timeout=limit)
-        except Exception:
-            return  # not known: the hold's own state decides (a suspended hold is not joined)
-        self._gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names))
-
-    def _acquire_node(self, me: threading.Thread, blocking: bool, deadline: Optional[float]) -> bool:
-        if self.lost.is_set():
-            self.lost.clear()
-        self._set_state(WAITING)
-        ops_deadline = deadline if blocking else time.monotonic() + NOWAIT_OPS_TIMEOUT
-        driver = Driver(self.client, ops_deadline, self._cancel, self.retry, nowait=not blocking, path=self.path)
-        self._drivers.add(driver)
-        hold = None
-        try:
-            entry = driver.run(self._steps())
-            hold = self._make_hold(entry, self._gate, self._on_hold)  # a held lock's gate outlives its lock objects
-        except (DeadlinePassed, Cancelled):
-            pass
-        finally:
-            self._drivers.discard(driver)
-            self._gate.granted(me, self._kind, hold, self, self._detach)
-            if hold is None:
-                self._set_state(IDLE)
-        if hold is None:
-            return False
-        _reaper.track(me, self._gate)
-        self._on_hold(hold.state)
-        return True
+        self._cancelled = False
+        return self._run(self._acquire(me, blocking), deadline, not blocking)
 
     def release(self) -> None:
         """Release one level of this thread's hold; the last release deletes our node.
@@ -195,27 +453,25 @@ class Lock(HeldView, Participant):
         """
         me = threading.current_thread()
         self._reap(me)
-        left = self._gate.leave(me, self._kind)
-        if not left.last:
-            for detach in left.downgraded:  # the write side is no longer held: "idle", no token, no node
-                detach(left.hold)
-            return
-        try:
-            self._delete_held(left.hold)  # a session found gone is reported as lost, even this late
-        finally:
-            self._gate.released()
-            for detach in left.detach:
-                detach(left.hold)
+        self._run(self._release(me))
 
-    def cancel(self) -> None:
-        """Make pending acquires of this lock object return False (``with``/``hold()`` raise
-        :class:`LockCancelled`); their nodes are deleted. Safe to call from any thread."""
-        self._cancel.set()
-        for d in list(self._drivers):
-            d.interrupt()
-        self._gate.wake_all()
+    def check(self) -> None:
+        """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless
+        built with ``tolerate_suspended=True``) suspended, LockError if this thread does not hold it.
 
-    # -- context managers ----------------------------------------------------------------------------
+        Cheap (no request) unless the process stood still since the hold was last confirmed: then it
+        first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
+        ZooKeeper cannot be reached to say so."""
+        me = threading.current_thread()
+        self._reap(me)
+        self._run(self._check(me))
+
+    def _reap(self, me: threading.Thread) -> None:
+        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
+        counts = self._gate.counts
+        if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
+            _reaper.reap(self._gate)
+
     def __enter__(self) -> "Lock":
         self._acquire_or_raise(None)
         return self
@@ -234,71 +490,13 @@ class Lock(HeldView, Participant):
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):
-            if self._cancel.is_set():
+            if self._cancelled:
                 raise LockCancelled(f"acquire of {self.path} was cancelled")
             raise LockTimeout(f"could not acquire {self.path} within {timeout} s")
 
-    # -- state ---------------------------------------------------------------------------------------
-    def _attach(self, hold: Hold) -> None:
-        if not self._gate.attach(self, self._kind, self._detach):
-            return
-        hold.add_listener(self._on_hold)
-        self._on_hold(hold.state)
 
-    def _detach(self, hold: Hold) -> None:
-        hold.remove_listener(self._on_hold)
-        self._set_state(IDLE)
-
-    def _on_hold(self, state: str) -> None:
-        if state == LOST:
-            self.lost.set()
-        self._set_state(state)
-
-    @property
-    def state(self) -> LockState:
-        """``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
-        return self._state  # type: ignore[return-value]
-
-    def _my_hold(self) -> Optional[Hold]:
-        hold: Optional[Hold] = self._gate.held_by(threading.current_thread(), self._kind)
-        return hold
-
-    def check(self) -> None:
-        """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless
-        built with ``tolerate_suspended=True``) suspended, LockError if this thread does not hold it.
-
-        Cheap (no request) unless the process stood still since the hold was last confirmed: then it
-        first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
-        ZooKeeper cannot be reached to say so."""
-        self._reap(threading.current_thread())
-        hold = self._my_hold()
-        if hold is None:
-            raise LockError(f"{self.path} is not held by the calling thread")
-        self._check_hold(hold, "hold")
-
-    def _fence_hold(self) -> Hold:
-        hold = self._my_hold()
-        if hold is None:
-            raise LockError(f"{self.path} is not held by the calling thread")
-        return hold
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.path!r} state={self._state}>"
-
-
-# -- for the asyncio front, whose locks drive a threaded lock's declarations on their loop ------------
-def declared(lock: Lock) -> Tuple[str, str]:
-    """``lock``'s recipe declarations: its node kind and its gate key (which lock objects share a gate)."""
-    return lock._kind, lock._gate_key
-
-
-def on_ahead(lock: Lock, fn: Optional[Callable[[int], None]]) -> None:
+def on_ahead(lock: LockCore, fn: Optional[Callable[[int], None]]) -> None:
     """Call ``fn(n)`` on the acquiring thread with how many nodes are ahead of ours each time an acquire of
     ``lock`` is about to wait: from the lock's own listings, no request or watch of its own (the CLI's
     ``--progress``)."""
     lock._seen = fn
-
-
-def acquire_steps(lock: Lock) -> Steps[Entry]:
-    """The acquire steps for ``lock`` (its recipe's rule and node format)."""
-    return lock._steps()

@@ -17,8 +17,9 @@ import threading
 import weakref
 from typing import Dict, List, Optional, Tuple
 
+from . import _gate
+from ._drive import Driver
 from ._gate import Gate
-from ._participant import delete_hold
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -60,18 +61,14 @@ def reap(gate: Gate) -> None:
         hold = left.hold
         log.warning("%s: released %s: its owner, thread %r, ended without releasing it",
                     gate.path, getattr(hold, "node", None), owner.name)
-        if not left.last:  # other threads of this process share the (read) hold: it stays
-            for detach in left.downgraded:
-                detach(hold)
-            continue
-        try:
-            delete_hold(hold, None)
+        try:  # (other threads of this process may share the (read) hold: then it stays)
+            Driver(hold.client, None, _never, None).run(_gate.finish_leave(gate, left))
         except Exception:
             log.exception("%s: could not release %s (it goes when the session ends)", gate.path, hold.node)
-        finally:
-            gate.released()
-            for detach in left.detach:
-                detach(hold)
+
+
+def _never() -> bool:
+    return False
 
 
 def reap_ended() -> None:

@@ -11,7 +11,6 @@ to the system you write to, which rejects tokens lower than the highest it has s
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -19,11 +18,10 @@ from typing import Any, Callable, List, Literal, Optional, TypeVar
 
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
-from . import _drive, _engine, naming, retry
-from ._drive import Driver
-from ._engine import Cancelled, DeadlinePassed, Entry, Steps
-from ._lock import predecessor
-from ._participant import Participant
+from . import _engine, naming, retry
+from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
+from ._gate import release_hold
+from ._lock import Participant, Threaded, predecessor
 from .errors import LockCancelled, LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold
@@ -36,12 +34,110 @@ CANDIDATE: ElectionState = "candidate"
 LEADER: ElectionState = "leader"
 R = TypeVar("R")
 
-class TermView:
-    """``state``, ``is_leader``, ``token`` and ``node`` of an election object, read from its current
-    term's hold: the same for :class:`LeaderElection` and :mod:`zkrecipes.aio`'s."""
 
-    _hold: Optional[Hold]
-    _state: str
+class ElectionCore(Participant):
+    """An election's life as engine steps, for both fronts: campaign, step down, check; the public
+    properties read the current term's hold."""
+
+    _recipe = "election"
+
+    def _setup(self) -> None:
+        self._lock = threading.Lock()  # guards _hold and _campaigning
+        self._hold: Optional[Hold] = None  # the current term's
+        self._campaigning = False
+        self._notify = threading.RLock()  # one state change told at a time, in order
+
+    def _steps(self) -> Steps[Entry]:
+        """A candidate's queue: the predecessor rule, our node read back before we lead."""
+        prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
+        return _engine.acquire(
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format
+        )
+
+    def _campaign(self, fresh: bool) -> Steps[bool]:
+        """Queue and wait until leader: True (at once if leader already). False on the deadline or a
+        cancel -- also one that comes as ZooKeeper grants leadership: our node is then deleted. ``fresh``:
+        forget an earlier cancel(); run() passes False when it campaigns again after a term, so a
+        cancel() that came after it last looked is not lost."""
+        with self._lock:
+            if self._hold is not None and self._hold.state != LOST:
+                return True
+            if self._campaigning:
+                raise LockError(f"{self.path}: another {self._owner_word} is already campaigning with this election")
+            self._campaigning = True
+            old, self._hold = self._hold, None
+            if fresh:
+                self._cancelled = False
+        hold = None
+        try:
+            if old is not None:
+                yield from release_hold(old)
+            if self.lost.is_set():
+                self.lost.clear()
+            self._set_state(CANDIDATE)
+            entry = None
+            try:
+                entry = yield from self._steps()
+            except (DeadlinePassed, Cancelled):
+                pass
+            if entry is not None:
+                with self._lock:
+                    if not self._cancelled:
+                        hold = self._hold = self._make_hold(entry)
+                if hold is None:  # cancel()/resign() came as we were granted: they win
+                    yield Delete(entry.path, entry.session)
+        finally:
+            with self._lock:
+                self._campaigning = False
+            if hold is None:
+                self._set_state(IDLE)
+        if hold is None:
+            return False
+        hold.add_listener(self._told)
+        log.info("%s: leader as %s (token %d)", self.path, hold.node, hold.token)
+        self._report(hold, hold.state)
+        return True
+
+    def _step_down(self) -> Steps[None]:
+        """End the current term: delete its node; a session found gone meanwhile is still told as lost."""
+        with self._lock:
+            hold, self._hold = self._hold, None
+        if hold is None:
+            return
+        yield from release_hold(hold)
+        if hold.state == LOST and not self.lost.is_set():  # learned only while resigning: still told
+            self.lost.set()
+            self._set_state(LOST)
+        self._set_state(IDLE)
+
+    def _check(self) -> Steps[None]:
+        yield from self._certain(self._fence_hold(), "leadership")
+
+    def _fence_hold(self) -> Hold:
+        hold = self._hold
+        if hold is None:
+            raise LockLost(f"{self.path}: not the leader")
+        return hold
+
+    def cancel(self) -> None:
+        """Stop a pending campaign (it returns False); leadership already held is kept."""
+        super().cancel()
+
+    def _report(self, hold: Hold, state: str) -> None:
+        # Report the hold's state as it is now, not as it was when this call was scheduled: the campaign
+        # and the session dispatcher both call this, and the later call must not report an older state.
+        # A hold already dropped (resigned, or replaced by a new term) reports nothing.
+        with self._notify:
+            if self._hold is not hold:
+                return
+            state = hold.state
+            if state == LOST:
+                self.lost.set()
+            self._set_state(LEADER if state == HELD else state)
+
+    def _set_state(self, state: str) -> None:
+        with self._notify:  # (reentrant: listeners may resign)
+            super()._set_state(state)
 
     @property
     def state(self) -> ElectionState:
@@ -66,8 +162,11 @@ class TermView:
         hold = self._hold
         return hold.node if hold is not None else None
 
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path!r} state={self._state}>"
 
-class LeaderElection(TermView, Participant):
+
+class LeaderElection(Threaded, ElectionCore):
     """Leader election among the candidates of ``path``; at most one leader at a time.
 
     ``LeaderElection(zk, "/election/reports", identifier="worker-7")`` -- also ``host=``, ``acl=``,
@@ -80,23 +179,6 @@ class LeaderElection(TermView, Participant):
     Unlike a lock, :meth:`resign` and :meth:`cancel` may be called from any thread.
     """
 
-    _recipe = "election"
-
-    def _setup(self) -> None:
-        self._lock = threading.Lock()
-        self._hold: Optional[Hold] = None
-        self._driver: Optional[Driver] = None
-        self._cancel = threading.Event()
-        self._notify = threading.RLock()
-
-    # -- campaigning -------------------------------------------------------------------------------
-    def _steps(self) -> Steps[Entry]:
-        """A candidate's queue: the predecessor rule, our node read back before we lead."""
-        prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
-        return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format
-        )
-
     def campaign(self, timeout: Optional[float] = None) -> bool:
         """Become a candidate and wait until leader; True once leader (at once if already leader).
 
@@ -104,53 +186,15 @@ class LeaderElection(TermView, Participant):
         one that comes as ZooKeeper grants leadership; our node is then deleted. Raises LockError if
         another thread is already campaigning.
         """
-        return self._campaign(naming.validate_timeout(timeout), fresh=True)
-
-    def _campaign(self, timeout: Optional[float], fresh: bool) -> bool:
-        # fresh: forget an earlier cancel(); run() passes False when it campaigns again after a term, so
-        # a cancel() that came after it last looked is not lost.
+        timeout = naming.validate_timeout(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._lock:
-            if self._hold is not None and self._hold.state != LOST:
-                return True
-            if self._driver is not None:
-                raise LockError(f"{self.path}: another thread is already campaigning with this election")
-            self._drop_hold()
-            if fresh:
-                self._cancel.clear()
-            self.lost.clear()
-            driver = self._driver = Driver(self.client, deadline, self._cancel, self.retry, path=self.path)
-        self._set_state(CANDIDATE)
-        entry = hold = withdrawn = None
-        try:
-            entry = driver.run(self._steps())
-        except (DeadlinePassed, Cancelled):
-            pass
-        finally:
-            with self._lock:
-                self._driver = None
-                if entry is not None and self._cancel.is_set():
-                    withdrawn = entry  # cancel()/resign() came as we were granted: they win
-                elif entry is not None:
-                    hold = self._hold = self._make_hold(entry)
-                    hold.add_listener(functools.partial(self._on_hold, hold))
-            if withdrawn is not None:
-                _drive.delete(self.client, withdrawn.path, withdrawn.session, self.retry)
-            if hold is None:
-                self._set_state(IDLE)
-        if hold is None:
-            return False
-        log.info("%s: leader as %s (token %d)", self.path, hold.node, hold.token)
-        self._on_hold(hold)
-        return True
+        return self._run(self._campaign(fresh=True), deadline)
 
     def resign(self) -> None:
         """Leave the queue: a pending :meth:`campaign` returns False; a leader deletes its node and the
         next candidate in line takes over. Idempotent; callable from any thread."""
         self.cancel()
-        with self._lock:
-            hold = self._drop_hold()
-        self._end_term(hold)
+        self._run(self._step_down())
 
     def __enter__(self) -> "LeaderElection":
         """``with election:`` campaigns without a timeout and resigns on exit (as ``async with`` does in
@@ -161,29 +205,6 @@ class LeaderElection(TermView, Participant):
 
     def __exit__(self, *exc: object) -> None:
         self.resign()
-
-    def cancel(self) -> None:
-        """Stop a pending :meth:`campaign` (it returns False); leadership already held is kept."""
-        self._cancel.set()
-        driver = self._driver
-        if driver is not None:
-            driver.interrupt()
-
-    def _drop_hold(self) -> Optional[Hold]:
-        """Forget the current term, deleting its node; a session found gone meanwhile marks it lost
-        (reported by :meth:`_end_term`, as this hold's own listener is now silent)."""
-        hold, self._hold = self._hold, None
-        if hold is not None:
-            self._delete_held(hold)
-        return hold
-
-    def _end_term(self, hold: Optional[Hold]) -> None:
-        if hold is None:
-            return
-        if hold.state == LOST and not self.lost.is_set():  # learned only while resigning: still told
-            self.lost.set()
-            self._set_state(LOST)
-        self._set_state(IDLE)
 
     def run(self, func: Callable[..., R], *args: Any, requeue: bool = False, **kwargs: Any) -> Optional[R]:
         """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
@@ -199,57 +220,28 @@ class LeaderElection(TermView, Participant):
             raise TypeError(f"requeue must be a bool, got {requeue!r}")
         fresh = True
         while True:
-            if not self._campaign(None, fresh):
+            if not self._run(self._campaign(fresh)):
                 return None
             fresh = False
             try:
                 result = func(*args, **kwargs)
             finally:
-                with self._lock:
-                    hold = self._drop_hold()
-                self._end_term(hold)
+                self._run(self._step_down())
             if not requeue:
                 return result
-            if self._cancel.is_set():
+            if self._is_cancelled():
                 return None
-
-    # -- hold state --------------------------------------------------------------------------------
-    def _on_hold(self, hold: Hold, _state: Optional[str] = None) -> None:
-        # Report the hold's state as it is now, not as it was when this call was scheduled: the campaign
-        # thread and the session dispatcher both call this, and the later call must not report an older
-        # state. A hold already dropped (resigned, or replaced by a new term) reports nothing.
-        with self._notify:
-            if self._hold is not hold:
-                return
-            state = hold.state
-            if state == LOST:
-                self.lost.set()
-            self._set_state(LEADER if state == HELD else state)
-
-    def _set_state(self, state: str) -> None:
-        with self._notify:  # one state change told at a time, in order (reentrant: listeners may resign)
-            super()._set_state(state)
 
     def check(self) -> None:
         """Return if leadership is certain; raise LockLost if lost, uncertain (suspended, unless
         ``tolerate_suspended``) or not held. After the process stood still it first asks ZooKeeper,
         as :meth:`FairLock.check <zkrecipes.FairLock.check>` does."""
-        hold = self._hold
-        if hold is None:
-            raise LockLost(f"{self.path}: not the leader")
-        self._check_hold(hold, "leadership")
+        self._run(self._check())
 
-    def _fence_hold(self) -> Hold:
-        hold = self._hold
-        if hold is None:
-            raise LockLost(f"{self.path}: not the leader")
-        return hold
-
-    # -- observing ---------------------------------------------------------------------------------
     def contenders(self) -> List[Contender]:
         """Candidates in queue order (the first is the leader); ``[]`` if nobody campaigns. Connection
         errors are raised, not hidden."""
-        return _drive.contenders(self.client, self.path)
+        return super().contenders()
 
     def leader(self) -> Optional[Contender]:
         """Who leads now (readable by anyone, candidate or not), or None."""
@@ -262,9 +254,6 @@ class LeaderElection(TermView, Participant):
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {fn!r}")
         return LeaderWatch(self, fn)
-
-    def __repr__(self) -> str:
-        return f"<LeaderElection {self.path!r} state={self._state}>"
 
 
 class LeaderWatch:
@@ -322,8 +311,3 @@ class LeaderWatch:
         self._changed.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
-
-
-def campaign_steps(election: LeaderElection) -> Steps[Entry]:
-    """The campaign steps for ``election`` (for the asyncio front, which drives it on its loop)."""
-    return election._steps()

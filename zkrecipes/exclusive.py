@@ -7,21 +7,15 @@ from typing import List
 from kazoo.exceptions import NoNodeError
 
 from . import _engine, naming
-from ._engine import Entry, Steps
-from ._lock import Lock
+from ._engine import Entry, Read, Steps
+from ._lock import Lock, LockCore
 from .naming import Contender
 
 NODE = "lock"
 
 
-class ExclusiveLock(Lock):
-    """A simple distributed mutex: whoever creates the ephemeral node ``<path>/lock`` holds it.
-
-    Same API, session-loss handling and fencing token as :class:`~zkrecipes.FairLock`. It is **not
-    fair** and has a **herd effect**: every waiter watches the one node, so each release wakes all of
-    them and they race to create it again (one ZooKeeper write each). Fine for a handful of contenders;
-    prefer FairLock beyond that.
-    """
+class ExclusiveRecipe(LockCore):
+    """The recipe, for both fronts: one node, raced for (:func:`zkrecipes._engine.race`)."""
 
     _gate_key = "exclusive"
     _recipe = "exclusive"  # zkrecipes' own format only
@@ -31,12 +25,21 @@ class ExclusiveLock(Lock):
         data = naming.node_data(self.identifier, guid, self.host)
         return _engine.race(self.path, self._acl, NODE, data, guid, self._seen)
 
-    def contenders(self) -> List[Contender]:
-        """The holder alone (waiters leave no node in this recipe): [] or [Contender]. Connection errors
-        are raised, not hidden."""
+    def _contenders(self) -> Steps[List[Contender]]:
+        """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""
         try:
-            data, stat = self.client.get(f"{self.path}/{NODE}")
+            data, stat = yield Read("get", f"{self.path}/{NODE}")
         except NoNodeError:
             return []
         node = naming.QueueNode(NODE, naming.read_data(data).get("host") or "", naming.WRITE, stat.czxid)
         return [naming.contender(node, data)]
+
+
+class ExclusiveLock(ExclusiveRecipe, Lock):
+    """A simple distributed mutex: whoever creates the ephemeral node ``<path>/lock`` holds it.
+
+    Same API, session-loss handling and fencing token as :class:`~zkrecipes.FairLock`. It is **not
+    fair** and has a **herd effect**: every waiter watches the one node, so each release wakes all of
+    them and they race to create it again (one ZooKeeper write each). Fine for a handful of contenders;
+    prefer FairLock beyond that.
+    """

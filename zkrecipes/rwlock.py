@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, Generic, List, Optional, Sequence, Type, TypeVar
 
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
 from . import formats, naming
+from ._lock import LockCore
 from ._signature import NamedInit
 from .fair import FairLock
 from .naming import Contender, QueueNode
+
+R = TypeVar("R", bound=LockCore)
+W = TypeVar("W", bound=LockCore)
 
 
 def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
@@ -23,7 +27,23 @@ def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]
     return None
 
 
-class ReadLock(FairLock):
+class ReadRecipe(LockCore):
+    """The read side's declarations, for both fronts."""
+
+    _kind = naming.READ
+    _recipe = "rw"
+
+    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+        return nearest_writer(ahead, me)
+
+
+class WriteRecipe(LockCore):
+    """The write side's declarations (the predecessor rule, as FairLock), for both fronts."""
+
+    _recipe = "rw"
+
+
+class ReadLock(ReadRecipe, FairLock):
     """The read side of a :class:`ReadWriteLock` (``<host>-R-<seq>`` nodes); same API as FairLock.
 
     Held when no writer is ahead in the queue; many readers hold at once. Local threads share one
@@ -33,32 +53,16 @@ class ReadLock(FairLock):
     only the read lock gets LockError from the write side (an upgrade would deadlock).
     """
 
-    _kind = naming.READ
-    _recipe = "rw"
 
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-        return nearest_writer(ahead, me)
-
-
-class WriteLock(FairLock):
+class WriteLock(WriteRecipe, FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
-    _kind = naming.WRITE  # wait-rule: predecessor, as FairLock
-    _recipe = "rw"
 
+class Pair(NamedInit, Generic[R, W]):
+    """A read side and a write side on one path, built with the same arguments (both fronts)."""
 
-class ReadWriteLock(NamedInit):
-    """A fair distributed read/write lock: ``with ReadWriteLock(zk, "/shared_lock").read(): ...``.
-
-    Readers share the lock; a writer holds it alone. Queue order decides: a reader waits only for the
-    nearest writer ahead of it, a writer for its immediate predecessor, so a queued writer blocks
-    readers that arrive after it (no writer starvation). ``write()`` and ``FairLock`` on one path are
-    the same queue. Downgrade: while holding ``write()``, take ``read()`` and then release the write
-    side; the write node stays until the read is released, so no queued writer slips in between.
-    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``,
-    ``protocol`` -- ``"kazoo"``: kazoo's ``ReadLock``/``WriteLock``; ``"curator"``: Curator's
-    ``InterProcessReadWriteLock``) go to both sides.
-    """
+    _sides: "tuple[Type[Any], Type[Any]]"  # the read side's class, the write side's
+    _name = "ReadWriteLock"  # in repr
 
     def __init__(
         self,
@@ -72,28 +76,42 @@ class ReadWriteLock(NamedInit):
         tolerate_suspended: bool = False,
         protocol: str = formats.ZKRECIPES,
     ) -> None:
-        self._read = ReadLock(
-            client, path, identifier, host=host, acl=acl, retry=retry,
-            tolerate_suspended=tolerate_suspended, protocol=protocol,
-        )
-        self._write = WriteLock(
-            client, path, identifier, host=host, acl=acl, retry=retry,
-            tolerate_suspended=tolerate_suspended, protocol=protocol,
-        )
+        def side(cls: Type[Any]) -> Any:
+            return cls(client, path, identifier, host=host, acl=acl, retry=retry,
+                       tolerate_suspended=tolerate_suspended, protocol=protocol)
+
+        self._read: R = side(self._sides[0])
+        self._write: W = side(self._sides[1])
         self.path = self._read.path
         self.protocol: str = self._read.protocol  # the node format's name, as given to the constructor
 
-    def read(self) -> ReadLock:
+    def read(self) -> R:
         """The shared (read) side; the same object on every call."""
         return self._read
 
-    def write(self) -> WriteLock:
+    def write(self) -> W:
         """The exclusive (write) side; the same object on every call."""
         return self._write
+
+    def __repr__(self) -> str:
+        return f"<{self._name} {self.path!r} read={self._read.state} write={self._write.state}>"
+
+
+class ReadWriteLock(Pair[ReadLock, WriteLock]):
+    """A fair distributed read/write lock: ``with ReadWriteLock(zk, "/shared_lock").read(): ...``.
+
+    Readers share the lock; a writer holds it alone. Queue order decides: a reader waits only for the
+    nearest writer ahead of it, a writer for its immediate predecessor, so a queued writer blocks
+    readers that arrive after it (no writer starvation). ``write()`` and ``FairLock`` on one path are
+    the same queue. Downgrade: while holding ``write()``, take ``read()`` and then release the write
+    side; the write node stays until the read is released, so no queued writer slips in between.
+    Keyword arguments (``identifier``, ``host``, ``acl``, ``retry``, ``tolerate_suspended``,
+    ``protocol`` -- ``"kazoo"``: kazoo's ``ReadLock``/``WriteLock``; ``"curator"``: Curator's
+    ``InterProcessReadWriteLock``) go to both sides.
+    """
+
+    _sides = (ReadLock, WriteLock)
 
     def contenders(self) -> List[Contender]:
         """Every reader and writer in queue order."""
         return self._read.contenders()
-
-    def __repr__(self) -> str:
-        return f"<ReadWriteLock {self.path!r} read={self._read.state} write={self._write.state}>"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import tenacity
 from kazoo.client import KazooClient
@@ -14,7 +14,7 @@ from kazoo.security import ACL
 from . import _engine, _gate, _reaper, formats, naming
 from ._engine import Blockers, Entry, Steps
 from ._gate import Gate
-from ._lock import IDLE, WAITING, Lock, LockState
+from ._lock import IDLE, WAITING, Lock, LockCore, LockState, Owner
 from .errors import LockError
 from .naming import QueueNode
 
@@ -28,7 +28,86 @@ def nearest_leases(ahead: List[QueueNode], me: QueueNode) -> Optional[Sequence[Q
     return ahead[-n:] if len(ahead) >= n else None
 
 
-class Semaphore(Lock):
+class SemaphoreRecipe(LockCore):
+    """The recipe, for both fronts: lease nodes, the nearest-leases rule, the max_leases check, and a
+    gate (so a node) per owner."""
+
+    _recipe = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
+    _kind = naming.LEASE
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        max_leases: int,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = formats.ZKRECIPES,
+    ) -> None:
+        self.max_leases = naming.validate_max_leases(max_leases)
+        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
+                         tolerate_suspended=tolerate_suspended, protocol=protocol)
+        _declare(self)
+
+    def _setup(self) -> None:
+        self._attached = set()
+        self._gates: "weakref.WeakKeyDictionary[Any, Gate]" = weakref.WeakKeyDictionary()
+        self._acquiring: "weakref.WeakSet[Any]" = weakref.WeakSet()  # owners in acquire: "waiting"
+
+    def _gate_for(self, me: Optional[Owner]) -> Gate:
+        """``me``'s own gate: its own lease on ``path`` (shared by its Semaphore objects)."""
+        if me is None:
+            return Gate(self.path)  # no owner (outside a task): nobody's lease
+        g = self._gates.get(me)
+        if g is None:
+            g = self._gates[me] = _gate.gate(self.client, self.path, f"{self._gate_prefix}lease-{_number(me)}")
+        return g
+
+    def _wake_gates(self) -> None:
+        for g in list(self._gates.values()):
+            g.wake_all()
+
+    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Blockers:
+        for node in ahead:
+            if node.kind != naming.LEASE:
+                raise LockError(f"{self.path} holds {node.name!r}, a node of another recipe: a semaphore "
+                                "needs a path of its own")
+        if ahead and ahead[0].leases != me.leases:
+            raise LockError(f"{self.path}: max_leases {me.leases} disagrees with the holders' "
+                            f"{ahead[0].leases} (node {ahead[0].name})")
+        return nearest_leases(ahead, me)
+
+    def _steps(self) -> Steps[Entry]:
+        guid = naming.new_guid()
+        data = naming.node_data(self.identifier, guid, self.host)
+        prefix = naming.lease_prefix(self.host, self.max_leases)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
+
+    def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
+        self._acquiring.add(me)
+        try:
+            return (yield from super()._acquire(me, blocking))
+        finally:
+            self._acquiring.discard(me)
+
+    @property
+    def state(self) -> LockState:
+        """The calling owner's lease: ``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
+        me = self._current_owner()
+        hold = self._my_hold(me)
+        if hold is not None:
+            return hold.state  # type: ignore[return-value]
+        return WAITING if me is not None and me in self._acquiring else IDLE
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.path!r} max_leases={self.max_leases} state={self.state}>"
+
+
+class Semaphore(SemaphoreRecipe, Lock):
     """A distributed counting semaphore: at most ``max_leases`` holders of ``path`` at once.
 
     ``Semaphore(zk, "/sem/payment-api", 5, identifier="worker-1")`` -- also ``host=``, ``acl=``,
@@ -53,106 +132,33 @@ class Semaphore(Lock):
     out -- give each worker thread its own Semaphore object (cheap) if it needs its own.
     """
 
-    _recipe = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
-
-    _kind = naming.LEASE
-
-    def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        max_leases: int,
-        identifier: Optional[str] = None,
-        *,
-        host: Optional[str] = None,
-        acl: Optional[Sequence[ACL]] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-        protocol: str = formats.ZKRECIPES,
-    ) -> None:
-        self.max_leases = naming.validate_max_leases(max_leases)
-        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
-                         tolerate_suspended=tolerate_suspended, protocol=protocol)
-        _declare(self)
-
-    def _setup(self) -> None:
-        self._cancel = threading.Event()
-        self._drivers = set()
-        self._local = threading.local()  # this thread's gate, and whether it is acquiring
-
-    @property
-    def _gate(self) -> Gate:  # type: ignore[override]  # Lock keeps one gate per object
-        """The calling thread's gate: its own lease on ``path`` (shared by its Semaphore objects)."""
-        g: Optional[Gate] = getattr(self._local, "gate", None)
-        if g is None:
-            g = self._local.gate = _gate.gate(self.client, self.path, f"lease-{_thread_number()}")
-        return g
-
     def _reap(self, me: threading.Thread) -> None:
         """A thread's lease is on a gate of its own: look at every thread that holds something."""
         _reaper.reap_ended()
 
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Blockers:
-        for node in ahead:
-            if node.kind != naming.LEASE:
-                raise LockError(f"{self.path} holds {node.name!r}, a node of another recipe: a semaphore "
-                                "needs a path of its own")
-        if ahead and ahead[0].leases != me.leases:
-            raise LockError(f"{self.path}: max_leases {me.leases} disagrees with the holders' "
-                            f"{ahead[0].leases} (node {ahead[0].name})")
-        return nearest_leases(ahead, me)
 
-    def _steps(self) -> Steps[Entry]:
-        guid = naming.new_guid()
-        data = naming.node_data(self.identifier, guid, self.host)
-        prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
-
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        """Take a lease; True once held. As :meth:`FairLock.acquire <zkrecipes.FairLock.acquire>`:
-        False on a miss, timeout or cancel (nothing left behind); reentrant per thread."""
-        self._local.waiting = True
-        try:
-            return super().acquire(blocking, timeout)
-        finally:
-            self._local.waiting = False
-
-    def cancel(self) -> None:
-        """Make pending acquires of this object (any thread) return False; their nodes are deleted."""
-        self._cancel.set()
-        for d in list(self._drivers):
-            d.interrupt()
-
-    @property
-    def state(self) -> LockState:
-        """The calling thread's lease: ``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
-        hold = self._my_hold()
-        if hold is not None:
-            return hold.state  # type: ignore[return-value]
-        return WAITING if getattr(self._local, "waiting", False) else IDLE
-
-    def __repr__(self) -> str:
-        return f"<Semaphore {self.path!r} max_leases={self.max_leases} state={self.state}>"
-
-
-_threads = threading.local()
 _numbers = itertools.count(1)
+_owner_numbers: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
+_numbers_lock = threading.Lock()
 
 
-def _thread_number() -> int:
-    """A number for the calling thread's lease gates: unlike its ident, never reused by a later thread."""
-    n: Optional[int] = getattr(_threads, "number", None)
-    if n is None:
-        n = _threads.number = next(_numbers)  # itertools.count: atomic under the GIL
-    return n
+def _number(owner: Owner) -> int:
+    """A number for an owner's lease gates: unlike its id or a thread's ident, never reused."""
+    with _numbers_lock:
+        n = _owner_numbers.get(owner)
+        if n is None:
+            n = _owner_numbers[owner] = next(_numbers)
+        return n
 
 
 # this process's live Semaphore objects, by client and path: they must agree on max_leases
-_live: "weakref.WeakKeyDictionary[KazooClient, Dict[str, weakref.WeakSet[Semaphore]]]" = weakref.WeakKeyDictionary()
+_live: "weakref.WeakKeyDictionary[KazooClient, Dict[str, weakref.WeakSet[SemaphoreRecipe]]]" = (
+    weakref.WeakKeyDictionary()
+)
 _live_lock = threading.Lock()
 
 
-def _declare(sem: Semaphore) -> None:
+def _declare(sem: SemaphoreRecipe) -> None:
     """Refuse a second max_leases for one client and path in this process (ValueError naming both):
     the other object's waiters would queue behind holders they disagree with."""
     with _live_lock:

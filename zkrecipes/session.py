@@ -281,7 +281,7 @@ class Hold:
         verify: Callable[["Hold"], bool],
         cleanup: Callable[["Hold"], None],
         watcher: Optional[SessionWatcher] = None,
-        listener: Optional[Callable[[str], None]] = None,
+        listener: "Optional[Callable[[Hold, str], None]]" = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -294,16 +294,17 @@ class Hold:
         self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
         self._verify = verify
         self._cleanup = cleanup
-        self._listeners: List[Callable[[str], None]] = [listener] if listener is not None else []
+        self._listeners: "List[Callable[[Hold, str], None]]" = [listener] if listener is not None else []
         self._lock = threading.Lock()
         self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
         self._watcher.subscribe(self._on_event)
 
-    def add_listener(self, fn: Callable[[str], None]) -> None:
+    def add_listener(self, fn: "Callable[[Hold, str], None]") -> None:
+        """Call ``fn(hold, state)`` on each change."""
         with self._lock:
             self._listeners.append(fn)
 
-    def remove_listener(self, fn: Callable[[str], None]) -> None:
+    def remove_listener(self, fn: "Callable[[Hold, str], None]") -> None:
         with self._lock:
             if fn in self._listeners:
                 self._listeners.remove(fn)
@@ -316,7 +317,7 @@ class Hold:
             listeners = list(self._listeners)
         log.info("hold %s: %s", self.node, state)
         for fn in listeners:
-            fn(state)
+            fn(self, state)
 
     def settle(self) -> None:
         """Start from the session now: ``lost`` if it changed; ``suspended`` without a connection (and the

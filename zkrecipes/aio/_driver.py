@@ -12,30 +12,33 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Any, Awaitable, Callable, Dict, FrozenSet, Generator, List, Optional, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.protocol.states import WatchedEvent
 
-from .. import _drive, _kazoo, formats, retry
+from .. import _drive, _kazoo, retry
 from .._engine import (
+    NOW,
     PAUSE,
     SESSION,
     SLEEP,
     STALE,
     UNWATCH,
+    Cancelled,
     CreateAndList,
     DeadlinePassed,
     Delete,
     MakeParents,
     Read,
+    ReadAll,
     Steps,
     T,
+    WaitGate,
     Watch,
 )
-from ..naming import Contender
 
 log = logging.getLogger("zkrecipes.aio")
 
@@ -61,6 +64,11 @@ def loop_of_thread() -> Optional[asyncio.AbstractEventLoop]:
 def _settle(fut: "asyncio.Future[None]") -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _time_out(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_exception(asyncio.TimeoutError())
 
 
 def bridge(loop: asyncio.AbstractEventLoop, ar: _kazoo.AsyncResult) -> "asyncio.Future[None]":
@@ -101,30 +109,35 @@ class AioDriver(_drive.WatchState):
         self._session = None
         self._timer: Optional[asyncio.TimerHandle] = None
         if deadline is not None:
-            self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self.interrupt, DeadlinePassed)
+            self._timer = self.loop.call_later(max(0.0, deadline - time.monotonic()), self._stop_with, DeadlinePassed)
         self._ops: Dict[type, Callable[[Any], Any]] = {
             CreateAndList: self._create_and_list,
             Read: self._read,
+            ReadAll: self._read_all,
+            WaitGate: self._wait_gate,
             MakeParents: self._make_parents,
             Watch: self._watch,
             Delete: self._delete,
         }
 
-    async def run(self, steps: Steps[T]) -> T:
-        """Drive ``steps`` to its end: its return value, or its exception (after its cleanup ran)."""
+    async def run(self, steps: Steps[T], op: Any = None) -> T:
+        """Drive ``steps`` to its end: its return value, or its exception (after its cleanup ran). ``op``:
+        the step they already yielded, if they were started (:func:`start`)."""
         send: Any = None
         error: Optional[BaseException] = None
         try:
             while True:
-                try:
-                    op = steps.throw(error) if error is not None else steps.send(send)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
+                if op is None:
+                    try:
+                        op = steps.throw(error) if error is not None else steps.send(send)
+                    except StopIteration as stop:
+                        return stop.value  # type: ignore[no-any-return]
                 send, error = None, None
                 try:
                     send = await self._do(op)
                 except BaseException as exc:  # deadline, cancel, CancelledError too: the steps clean up
                     error = exc
+                op = None
         finally:
             self.close()
 
@@ -134,6 +147,8 @@ class AioDriver(_drive.WatchState):
             return await handler(op)
         if op is SESSION:
             return _kazoo.session_id(self.client)
+        if op is NOW:
+            return time.monotonic()
         if op is SLEEP:
             return await self._sleep_for_deletion()
         if op is STALE:
@@ -152,9 +167,12 @@ class AioDriver(_drive.WatchState):
         raise TypeError(f"unknown engine step {op!r}")
 
     # -- interrupting and waiting ----------------------------------------------------------------
-    def interrupt(self, why: Callable[[], BaseException]) -> None:
-        """Stop this acquire (loop thread): the future it awaits fails with ``why()``, and so does every
+    def interrupt(self, why: Callable[[], BaseException] = Cancelled) -> None:
+        """Stop this acquire (any thread): the future it awaits fails with ``why()``, and so does every
         later wait; cleanup (deletes) still runs."""
+        call_soon(self.loop, self._stop_with, why)
+
+    def _stop_with(self, why: Callable[[], BaseException]) -> None:
         if self._stop is None:
             self._stop = why
         w = self._waiter
@@ -186,7 +204,7 @@ class AioDriver(_drive.WatchState):
         if event is not None:
             self._seen(event)
         elif _kazoo.is_stopped(self.client):  # a request in flight may never be answered now
-            self.interrupt(self._closed)
+            self._stop_with(self._closed)
         self._woken = True
         w = self._waiter
         if w is not None and self._wakeable and not w.done():
@@ -254,7 +272,44 @@ class AioDriver(_drive.WatchState):
             raise
 
     async def _read(self, op: Read) -> Any:
-        return await self.call(lambda: getattr(self.client, op.kind + "_async")(op.path))
+        start = getattr(self.client, op.kind + "_async")
+        if not op.once:
+            return await self.call(lambda: start(op.path))
+        limit = _kazoo.session_timeout(self.client)
+        if self.deadline is not None:
+            limit = max(0.0, min(limit, self.deadline - time.monotonic()))
+        ar = start(op.path)
+        if not ar.ready():
+            fut = bridge(self.loop, ar)
+            timer = self.loop.call_later(limit, _time_out, fut)
+            try:
+                await self._await(fut)
+            finally:
+                timer.cancel()
+        return ar.get(block=False)
+
+    async def _read_all(self, op: ReadAll) -> List[Any]:
+        pending = [self.client.get_async(path) for path in op.paths]  # pipelined
+        for ar in pending:
+            if not ar.ready():
+                await self._await(bridge(self.loop, ar))
+        return [_kazoo.outcome(ar) for ar in pending]
+
+    async def _wait_gate(self, op: WaitGate) -> None:
+        gate, fut = op.gate, self.loop.create_future()
+
+        def wake() -> None:  # any thread, the gate's mutex held
+            call_soon(self.loop, _settle, fut)
+
+        with gate.mutex:
+            if gate.version != op.version:
+                return
+            gate.wakers.add(wake)
+        try:
+            await self._await(fut)
+        finally:
+            with gate.mutex:
+                gate.wakers.discard(wake)
 
     async def _make_parents(self, op: MakeParents) -> None:
         requests = _drive.parent_requests(self.client, op.path, op.acl, op.container)
@@ -315,7 +370,7 @@ class AioDriver(_drive.WatchState):
             raise asyncio.CancelledError()
 
     async def _delete(self, op: Delete) -> bool:
-        return await delete(self.client, op.path, op.session, self.policy)
+        return await delete(self.client, op.path, op.session, self.policy, gone=op.gone)
 
     def close(self) -> None:
         if self._timer is not None:
@@ -377,18 +432,22 @@ async def delete(
     return True
 
 
-async def contenders(client: KazooClient, path: str) -> List[Contender]:
-    """:func:`zkrecipes._drive.contenders` on the loop: every node of the queue in order, with its data."""
+class _Done:
+    """The awaitable of steps that finished without a request: awaiting it returns their value."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # a generator: awaiting it suspends nothing
+
+
+def start(client: KazooClient, steps: Steps[T], policy: Optional[tenacity.Retrying] = None) -> Awaitable[T]:
+    """Run ``steps`` on the calling thread up to their first request: their error is raised now; if they
+    finish, an awaitable already done; else a coroutine that drives the rest on the running loop."""
     try:
-        nodes = formats.sort_any(await result(client.get_children_async(path)))
-    except NoNodeError:
-        return []
-    pending = [client.get_async(f"{path}/{n.name}") for _, n in nodes]  # pipelined
-    out = []
-    for (found, n), ar in zip(nodes, pending):
-        try:
-            data, _ = await result(ar)
-        except NoNodeError:
-            continue
-        out.append(formats.contender(found, n, data))
-    return out
+        op = steps.send(None)
+    except StopIteration as stop:
+        return _Done(stop.value)
+    return AioDriver(client, None, policy).run(steps, op)
