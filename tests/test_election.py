@@ -401,23 +401,26 @@ def test_run_requeue_campaigns_after_each_term_and_stops_on_cancel(zk_factory):
     assert tokens == sorted(set(tokens)), f"tokens must strictly increase: {tokens}"
 
 
-class _CancelAfterCheck(threading.Event):
-    """A cancel flag that, once ``armed``, is set right after it was read: a cancel() from another
-    thread that lands just after run() looked for one."""
+class _CancelAfterCheck:
+    """The election's look at its cancel flag that, once ``armed``, is followed right away by a cancel():
+    a cancel() from another thread that lands just after run() looked for one."""
 
     armed = False
 
-    def is_set(self) -> bool:
-        value = super().is_set()
+    def __init__(self, election: LeaderElection) -> None:
+        self.election = election
+
+    def __call__(self) -> bool:
+        value = self.election._cancelled
         if self.armed and not value:
             self.armed = False
-            self.set()
+            self.election.cancel()
         return value
 
 
 def test_cancel_between_terms_is_not_lost(zk_factory):
     (e,) = make_elections(zk_factory, ["r"])
-    flag = e._cancel = _CancelAfterCheck()
+    flag = e._is_cancelled = _CancelAfterCheck(e)
     terms = []
 
     def term() -> None:
@@ -440,16 +443,16 @@ def test_cancel_between_terms_is_not_lost(zk_factory):
 
 def test_resign_while_the_campaign_is_being_won_wins(zk_factory, monkeypatch):
     (e,) = make_elections(zk_factory, ["r"])
-    from zkrecipes._drive import Driver
+    steps = LeaderElection._steps
 
-    drive = Driver.run
-
-    def run(driver, proto):
-        entry = drive(driver, proto)
-        e.resign()  # from "another thread", just as ZooKeeper granted leadership
+    def granted_then_resigned(self):
+        entry = yield from steps(self)
+        t = threading.Thread(target=self.resign)  # from another thread, just as ZooKeeper granted leadership
+        t.start()
+        t.join(10)
         return entry
 
-    monkeypatch.setattr(Driver, "run", run)
+    monkeypatch.setattr(LeaderElection, "_steps", granted_then_resigned)
     won = e.campaign(timeout=10)
     assert not won and not e.is_leader and e.state == "idle", "leader after resign() returned"
     assert e.contenders() == []

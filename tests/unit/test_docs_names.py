@@ -9,7 +9,7 @@ from pathlib import Path
 
 import zkrecipes
 import zkrecipes.aio as aio
-from zkrecipes._participant import Participant
+from zkrecipes._lock import Participant
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 CALL = re.compile(r"``(?:aio\.)?([A-Z]\w+)\(([^`]*)\)``")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Callable, Optional
+
 import pytest
 
-from zkrecipes._gate import Entered, Gate, in_doubt
+from zkrecipes._drive import Driver
+from zkrecipes._engine import Cancelled, DeadlinePassed
+from zkrecipes._gate import Entered, Gate, enter, in_doubt
 from zkrecipes.errors import LockError, LockLost
 from zkrecipes.naming import READ, WRITE
 
@@ -27,6 +33,24 @@ HOLD = FakeHold()
 
 def good(hold: object) -> bool:
     return True
+
+
+class FakeClient:
+    """What a driver asks of a client while it only waits for the gate: whether it was stopped."""
+
+    _stopped = threading.Event()
+
+
+def enter_on_thread(
+    g: Gate, me: object, kind: str, blocking: bool, deadline: Optional[float] = None,
+    cancelled: Callable[[], bool] = lambda: False, tolerate: bool = False,
+) -> Optional[Entered]:
+    """The gate's enter steps on the blocking driver, as a lock runs them: None on a miss, deadline, cancel."""
+    driver = Driver(FakeClient(), deadline, cancelled, None)  # type: ignore[arg-type]
+    try:
+        return driver.run(enter(g, me, kind, blocking, good, tolerate))
+    except (DeadlinePassed, Cancelled):
+        return None
 
 
 def test_first_owner_queues_others_wait_until_granted():
@@ -98,10 +122,42 @@ def test_blocking_enter_misses_without_waiting_and_at_the_deadline():
     g = Gate("/p")
     with g.cond:
         g.try_enter(1, WRITE, good)
-    assert g.enter(2, WRITE, False, None, lambda: False, good) is None
-    assert g.enter(2, WRITE, True, 0.0, lambda: False, good) is None  # deadline already passed
-    assert g.enter(2, WRITE, True, None, lambda: True, good) is None  # cancelled
+    assert enter_on_thread(g, 2, WRITE, False) is None
+    assert enter_on_thread(g, 2, WRITE, True, deadline=0.0) is None  # deadline already passed
+    assert enter_on_thread(g, 2, WRITE, True, cancelled=lambda: True) is None  # cancelled
+    t0 = time.monotonic()
+    assert enter_on_thread(g, 2, WRITE, True, deadline=t0 + 0.1) is None
+    assert time.monotonic() - t0 >= 0.1
     assert not g.line and g.waiting_writers == 0  # nothing left behind by the misses
+
+
+def test_a_waiting_thread_enters_when_the_holder_leaves_and_threads_keep_arrival_order():
+    g = Gate("/p")
+    with g.cond:
+        g.try_enter("holder", WRITE, good)
+    g.granted("holder", WRITE, HOLD)
+    order = []
+
+    def owner(i: int) -> None:
+        assert enter_on_thread(g, i, WRITE, True, deadline=time.monotonic() + 10) is Entered.QUEUE
+        order.append(i)
+        g.granted(i, WRITE, HOLD)
+        assert g.leave(i, WRITE).last
+        g.released()
+
+    threads = []
+    for i in range(5):
+        threads.append(threading.Thread(target=owner, args=(i,)))
+        threads[-1].start()
+        deadline = time.monotonic() + 5
+        while len(g.line) < i + 1 and time.monotonic() < deadline:  # each in line before the next starts
+            time.sleep(0.001)
+    assert list(g.line) == [0, 1, 2, 3, 4] and g.waiting_writers == 5
+    assert g.leave("holder", WRITE).last
+    g.released()
+    for t in threads:
+        t.join(10)
+    assert order == [0, 1, 2, 3, 4] and not g.line and g.waiting_writers == 0 and not g.busy
 
 
 @pytest.mark.parametrize("behind, starved", [("h-R-0000000009", False), ("h-W-0000000009", True),
@@ -147,7 +203,7 @@ def test_reentry_into_a_hold_in_doubt_raises_and_records_nothing(state, stale, t
         refused = rf"/p: re-entry refused: the hold \(/p/h-W-0000000001\) is .*{why}"
         with g.cond, pytest.raises(LockLost, match=refused):
             g.try_enter(1, again, good, tolerate)
-        with pytest.raises(LockLost, match=refused):  # the blocking form: nothing waits, nothing queues
-            g.enter(1, again, True, None, lambda: False, good, tolerate)
+        with pytest.raises(LockLost, match=refused):  # the steps: nothing waits, nothing queues
+            enter_on_thread(g, 1, again, True, tolerate=tolerate)
     left = g.leave(1, first)  # the outer release: with no level added by the refusals, it ends the hold
     assert left.last and left.hold is hold and not g.counts and not g.line
