@@ -957,7 +957,7 @@ def _micro_costs(client) -> dict:
         "naming.node_data (JSON)": lambda: naming.node_data(None, "0" * 32, "benchhost"),
         "retry.call(trivial fn) (tenacity set-up)": lambda: retry.call(lambda: None),
         "Driver(...) + close() (an uncontended acquire's driver)": lambda: Driver(
-            client, None, threading.Event(), None
+            client, None, lambda: False, None
         ).close(),
         "SessionWatcher subscribe + unsubscribe": lambda: _sub_unsub(SessionWatcher.of(client)),
         "kazoo async_result()": lambda: client.handler.async_result(),

@@ -15,20 +15,35 @@ ahead never creates a blocker).
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
 
-from kazoo.exceptions import ConnectionClosedError, NodeExistsError, NoNodeError, SessionExpiredError
+from kazoo.exceptions import (
+    ConnectionClosedError,
+    KazooException,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    SessionExpiredError,
+)
 from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
 from . import formats, naming
+from .errors import LockError
 from .formats import NodeFormat
 from .naming import Contender, QueueNode
 from .retry import TRANSIENT
 
+log = logging.getLogger("zkrecipes.engine")
+
 T = TypeVar("T")
 Blockers = Union[None, QueueNode, Sequence[QueueNode]]
 Rule = Callable[[List[QueueNode], QueueNode], Blockers]
+
+
+class SessionGone(Exception):
+    """Raised by a driver's delete: the session that owned the node has ended (the node went with it)."""
 
 
 class DeadlinePassed(Exception):
@@ -69,13 +84,13 @@ class ReadAll(NamedTuple):
     paths: Sequence[str]
 
 
-class MakeParents(NamedTuple):
-    """Create ``path`` and its missing ancestors as container nodes (persistent ones if not
-    ``container``), deepest first."""
+class CreateParent(NamedTuple):
+    """Create the parent node ``path`` with ``acl``: a container node (a persistent one if not ``container``,
+    or where the server has none), retried on transient errors. Answer: its path; raises as the create."""
 
     path: str
     acl: Sequence[ACL]
-    container: bool = True
+    container: bool
 
 
 class Watch(NamedTuple):
@@ -282,7 +297,7 @@ def create(
         created, listed, sid = yield CreateAndList(path, data, acl, flags, listed_parent)
         if isinstance(created, BaseException):
             if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
-                yield MakeParents(parent, acl) if containers else MakeParents(parent, acl, False)
+                yield from make_parents(parent, acl, containers)
                 made_parent = True
                 continue
             if isinstance(created, ConnectionClosedError):  # stopped or closed: no session will come
@@ -331,6 +346,51 @@ def create(
             yield Delete(entry.path, entry.session)
             raise
         return entry, children
+
+
+def make_parents(path: str, acl: Sequence[ACL], container: bool = True) -> Steps[None]:
+    """Create ``path`` and whichever ancestors are missing, as container nodes with ``acl`` (persistent
+    ones if not ``container``: kazoo's recipes never make a reaped parent again): deepest first, climbing
+    only as far as a NoNode says (a new key under an existing parent costs one create). Raises LockError
+    if the client's chroot does not exist (nothing can be created under it)."""
+    missing = [path]
+    for _attempt in range(100):  # an ancestor reaped (container) between our creates: climb again
+        try:
+            yield from _make_parent(missing[-1], acl, container)
+        except NoNodeError:
+            parent = missing[-1].rsplit("/", 1)[0]
+            if not parent:
+                raise LockError("the client's chroot does not exist; create it first") from None
+            missing.append(parent)
+            continue
+        missing.pop()
+        if not missing:
+            return
+    raise LockError(f"could not create {path!r}: its ancestors keep disappearing")
+
+
+def _make_parent(path: str, acl: Sequence[ACL], container: bool) -> Steps[None]:
+    """Create ``path`` (an existing node is fine); NoNodeError if its own parent is missing."""
+    try:
+        yield CreateParent(path, acl, container)
+    except NodeExistsError:
+        pass
+    except (NoNodeError, NoAuthError, SessionExpiredError) + TRANSIENT:
+        raise
+    except KazooException:  # UnimplementedError / BadArguments from servers before 3.5: no containers
+        if not container:
+            raise
+        yield from _make_parent(path, acl, False)
+
+
+def delete_answer(path: str, error: Optional[BaseException]) -> bool:
+    """A driver's answer to :class:`Delete` from how its attempts ended (``error``: None if deleted)."""
+    if error is None or isinstance(error, NoNodeError):
+        return True
+    if isinstance(error, (SessionExpiredError, SessionGone)):
+        return False
+    log.error("could not delete %s; it goes when the session ends", path, exc_info=error)
+    return True
 
 
 _RELIST = (NoNodeError, SessionExpiredError) + TRANSIENT  # a pipelined listing that failed: list again

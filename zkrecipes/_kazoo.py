@@ -396,6 +396,54 @@ def create_container(client: KazooClient, path: str, acl: Sequence[ACL]) -> Asyn
     return ar
 
 
+_no_containers: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server has no containers
+
+
+def create_parent(client: KazooClient, path: str, acl: Sequence[ACL], container: bool) -> AsyncResult:
+    """Send a create of the parent node ``path``: a container node, or a persistent one if not
+    ``container`` or if this client's server refused a container before (servers before 3.5)."""
+    if not container or client in _no_containers:
+        return client.create_async(path, b"", list(acl))
+    ar = create_container(client, path, acl)
+
+    def remember(ar: AsyncResult) -> None:
+        if isinstance(outcome(ar), (kazoo.exceptions.UnimplementedError, kazoo.exceptions.BadArgumentsError)):
+            log.info("server rejected a container node (%r); using persistent parents", outcome(ar))
+            _no_containers.add(client)
+
+    ar.rawlink(remember)
+    return ar
+
+
+def delete_if_created(client: KazooClient) -> Callable[[AsyncResult], None]:
+    """A callback for a create abandoned mid-flight: if it succeeds after all, delete the node."""
+
+    def cb(ar: AsyncResult) -> None:
+        made = outcome(ar)
+        if isinstance(made, BaseException):
+            return
+        made = made[0] if isinstance(made, tuple) else made
+        client.delete_async(made[len(client.chroot):] if client.chroot else made)  # the reply carries the chroot
+
+    return cb
+
+
+def forget_watch(client: KazooClient, path: str, fn: Callable[..., Any]) -> Callable[[AsyncResult], None]:
+    """A callback for a watch request abandoned mid-flight: once it succeeded, drop the watch it set
+    (kazoo registers it just after completing the reply: look for it a moment)."""
+
+    def cb(ar: AsyncResult) -> None:
+        if isinstance(outcome(ar), BaseException):
+            return  # no node, no watch
+        for _ in range(100):
+            if fn in data_watchers(client, path):
+                remove_data_watch(client, path, fn)
+                return
+            time.sleep(0.001)
+
+    return cb
+
+
 def remove_data_watch(client: KazooClient, path: str, fn: Callable[..., Any]) -> None:
     """Forget our data watch ``fn`` on ``path`` client-side, and server-side if no other remains.
     Relies on ``_data_watchers`` (a dict of sets keyed by chrooted path) and ``_call`` (2.9.0-2.11.0)."""

@@ -71,7 +71,7 @@ def test_a_deadline_while_waiting_deletes_our_node():
 def test_a_new_key_makes_its_parents_then_needs_no_listing():
     gen = new()
     start(gen)
-    assert gen.send((NoNodeError(), None, SID)) == p.MakeParents("/p", [])
+    assert gen.send((NoNodeError(), None, SID)) == p.CreateParent("/p", [], True)
     op = gen.send(None)
     assert isinstance(op, p.CreateAndList) and op.parent is None  # a fresh parent: nobody can be ahead
     with pytest.raises(StopIteration):
@@ -195,3 +195,25 @@ def test_a_reader_whose_blocking_writer_was_the_head_holds_without_a_read():
     # the readers between it and us may have gone unseen, but cannot block us: no listing
     assert gen.send(frozenset({"/p/h-W-0000000001"})) is p.SESSION
     assert gen.send(SID) is p.STALE
+
+
+def test_missing_parents_are_made_deepest_first_climbing_only_as_far_as_a_nonode_says():
+    from kazoo.exceptions import NodeExistsError, UnimplementedError
+
+    gen = p.make_parents("/a/b/c", [])
+    assert gen.send(None) == p.CreateParent("/a/b/c", [], True)
+    assert gen.throw(NoNodeError()) == p.CreateParent("/a/b", [], True)  # climb one level
+    assert gen.throw(NodeExistsError()) == p.CreateParent("/a/b/c", [], True)  # made meanwhile: fine
+    # a server without container nodes: the same node, persistent
+    assert gen.throw(UnimplementedError()) == p.CreateParent("/a/b/c", [], False)
+    with pytest.raises(StopIteration):
+        gen.send("/a/b/c")
+
+
+def test_a_missing_chroot_is_named_not_climbed_past():
+    from zkrecipes.errors import LockError
+
+    gen = p.make_parents("/a", [])
+    assert gen.send(None) == p.CreateParent("/a", [], True)
+    with pytest.raises(LockError, match="chroot does not exist"):
+        gen.throw(NoNodeError())

@@ -220,7 +220,7 @@ def test_a_new_key_in_kazoo_format_gets_persistent_parents():
         nf = get(name, "lock")
         gen = p.acquire("/a/b", [], nf.prefix("h", "W", "g"), b"", "g", predecessor, fmt=nf)
         gen.send(None)
-        assert gen.send((NoNodeError(), NoNodeError(), None)) == p.MakeParents("/a/b", [], container)
+        assert gen.send((NoNodeError(), NoNodeError(), None)) == p.CreateParent("/a/b", [], container)
         gen.close()
 
 
