@@ -174,16 +174,7 @@ class Gate:
                 c.read -= 1
             if not c.write and not c.read:
                 del self.counts[me]
-            if self.counts:
-                downgraded: List[Detach] = []
-                if self.writer is None and self.mode == WRITE:
-                    self.mode = READ  # downgrade: our write node stays until the reads are released
-                    downgraded = self._detach_side(WRITE)
-                self.changed()
-                return LeaveResult(False, self.hold, [], downgraded)
-            hold, detach = self.hold, [d for _, d in self.objects.values()]
-            self.hold, self.mode, self.objects, self.busy = None, None, {}, True
-            return LeaveResult(True, hold, detach, [])
+            return self._left()
 
     def drop(self, me: Owner) -> Optional[LeaveResult]:
         """Forget every level ``me`` holds, both sides (its owner ended: nobody can release them now);
@@ -197,16 +188,20 @@ class Gate:
                 self.writer = None
             if me in self.line:
                 self.line.remove(me)
-            if self.counts:
-                downgraded: List[Detach] = []
-                if self.writer is None and self.mode == WRITE:
-                    self.mode = READ
-                    downgraded = self._detach_side(WRITE)
-                self.changed()
-                return LeaveResult(False, self.hold, [], downgraded)
-            hold, detach = self.hold, [d for _, d in self.objects.values()]
-            self.hold, self.mode, self.objects, self.busy = None, None, {}, True
-            return LeaveResult(True, hold, detach, [])
+            return self._left()
+
+    def _left(self) -> LeaveResult:
+        """After an owner gave up levels (``mutex`` held): what is left to do."""
+        if self.counts:
+            downgraded: List[Detach] = []
+            if self.writer is None and self.mode == WRITE:
+                self.mode = READ  # downgrade: our write node stays until the reads are released
+                downgraded = self._detach_side(WRITE)
+            self.changed()
+            return LeaveResult(False, self.hold, [], downgraded)
+        hold, detach = self.hold, [d for _, d in self.objects.values()]
+        self.hold, self.mode, self.objects, self.busy = None, None, {}, True
+        return LeaveResult(True, hold, detach, [])
 
     def _detach_side(self, kind: str) -> List[Detach]:
         """Forget the objects attached to side ``kind``: their ``detach``, for the caller to call."""

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import threading
 import time
-from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set
+from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -51,6 +51,20 @@ def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         raise LockError(f"{ahead[-1].name!r} ahead of us is a Semaphore's lease: a lock or election "
                         "needs a path of its own")
     return ahead[-1]
+
+
+def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
+    """``acquire(blocking, timeout)``'s arguments checked (before any request), as ``(blocking, deadline)``:
+    ``timeout=0`` is one attempt that does not wait, like threading.Lock's (not "give up before trying");
+    a non-blocking attempt's round trips are bounded by :data:`NOWAIT_OPS_TIMEOUT`."""
+    if not isinstance(blocking, bool):
+        raise TypeError(f"blocking must be a bool, got {blocking!r}")
+    seconds = None if timeout is None else naming.validate_timeout(timeout)
+    if seconds is not None and not blocking:
+        raise ValueError("can't specify a timeout for a non-blocking call")
+    if not blocking or seconds == 0:
+        return False, time.monotonic() + NOWAIT_OPS_TIMEOUT
+    return True, None if seconds is None else time.monotonic() + seconds
 
 
 def _joinable(hold: Optional[Hold]) -> bool:
@@ -427,17 +441,7 @@ class Lock(Threaded, LockCore):
         naming the path and node, and adds no level: the outer release still ends the hold.
         ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
         """
-        if not isinstance(blocking, bool):
-            raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        timeout = naming.validate_timeout(timeout)
-        if not blocking and timeout is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
-        if timeout == 0:  # like threading.Lock: one attempt that does not wait (not "give up before trying")
-            blocking, timeout = False, None
-        if blocking:
-            deadline = None if timeout is None else time.monotonic() + timeout
-        else:
-            deadline = time.monotonic() + NOWAIT_OPS_TIMEOUT
+        blocking, deadline = acquire_deadline(blocking, timeout)
         me = threading.current_thread()
         self._reap(me)
         self._cancelled = False

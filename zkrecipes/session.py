@@ -348,31 +348,15 @@ class Hold:
         """True while held but not confirmed since the process stood still (see the module docstring)."""
         return self.state == HELD and self._watcher.stalled_since(self.verified_at)
 
-    def confirm(self) -> bool:
-        """True if the hold may be trusted: not :meth:`stale`, or ZooKeeper confirms our node (one read). A
-        node gone or not ours marks the hold lost; no answer only returns False."""
-        if not self.stale():
-            return True
-        asked = time.monotonic()
-        try:
-            ok = self._verify(self)
-        except (NoNodeError, SessionExpiredError):
-            ok = False
-        except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
-            log.info("could not confirm %s after a stall: %s", self.node, exc)
-            return False
-        self.confirmed(ok, asked)
-        return ok
-
     def confirmed(self, ok: bool, asked: float) -> None:
-        """Apply a confirming read started at monotonic ``asked`` (the asyncio front reads itself)."""
+        """Apply a confirming read started at monotonic ``asked``: a node gone or not ours marks the hold lost."""
         if ok:
             self.verified_at = max(self.verified_at, asked)
         elif not self.released:
             self._set(LOST)
 
     def _confirm_async(self) -> None:
-        """Start :meth:`confirm`'s read without waiting; its answer is applied on the dispatcher thread."""
+        """Start a confirming read without waiting; its answer is applied on the dispatcher thread."""
         asked = time.monotonic()
 
         def done(ar: Any) -> None:  # kazoo's completion thread: hand over to the dispatcher

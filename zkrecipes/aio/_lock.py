@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import weakref
 from typing import Any, AsyncIterator, Awaitable, Coroutine, List, Optional
 
@@ -15,7 +14,7 @@ from .. import exclusive as _exclusive
 from .. import rwlock as _rwlock
 from .._engine import Steps, T
 from .._gate import Gate
-from .._lock import NOWAIT_OPS_TIMEOUT, LockCore, Participant
+from .._lock import LockCore, Participant, acquire_deadline
 from ..errors import LockCancelled, LockError, LockTimeout
 from ..naming import Contender, validate_timeout
 from ..session import Hold
@@ -113,18 +112,8 @@ class Lock(AioFront, LockCore):
             raise LockError("zkrecipes.aio locks are owned by asyncio tasks: call from within a task")
         if caller is not None and caller is not runner:
             _acting_for[runner] = _acting_for.get(caller, caller)
-        if not isinstance(blocking, bool):
-            raise TypeError(f"blocking must be a bool, got {blocking!r}")
-        timeout = validate_timeout(timeout)
-        if not blocking and timeout is not None:
-            raise ValueError("can't specify a timeout for a non-blocking call")
-        if timeout == 0:
-            blocking, timeout = False, None
+        blocking, deadline = acquire_deadline(blocking, timeout)
         self._bind()
-        if blocking:
-            deadline = None if timeout is None else time.monotonic() + timeout
-        else:
-            deadline = time.monotonic() + NOWAIT_OPS_TIMEOUT
         self._cancelled = False
         return await self._run(self._acquire(owner_of(runner), blocking), deadline, not blocking)
 
