@@ -198,7 +198,12 @@ def pingpong(args: argparse.Namespace) -> dict:
     wakes: List[float] = []
     n = args.handoffs
     if args.impl == "aio":
-        from zkrecipes.aio._driver import result
+        from zkrecipes.aio._driver import bridge
+
+        async def result(ar: Any) -> Any:
+            if not ar.ready():
+                await bridge(asyncio.get_running_loop(), ar)
+            return ar.get(block=False)
 
         _instrument_aio()
 

@@ -87,3 +87,30 @@ async def acall(
         reraise=True,
     )
     return cast(T, await retrying(fn))
+
+
+class Attempts:
+    """``policy``'s decisions for one request, without sleeping (the drivers wait, bounded by their
+    deadline and cancel): after each transient error, :meth:`next_wait` says how long to wait before the
+    next attempt, or None to give up (the policy stops, or ``deadline``, monotonic, has passed)."""
+
+    def __init__(self, policy: Optional[tenacity.Retrying], deadline: Optional[float]) -> None:
+        self.policy = policy or _DEFAULT
+        self.deadline = deadline
+        self.state = tenacity.RetryCallState(self.policy, None, (), {})
+
+    def next_wait(self, error: BaseException) -> Optional[float]:
+        """Call with the transient error that ended the last attempt."""
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            return None
+        state, policy = self.state, self.policy
+        state.set_exception((type(error), error, error.__traceback__))
+        if not policy.retry(state) or policy.stop(state):
+            return None
+        wait = float(policy.wait(state))
+        if self.deadline is not None:
+            wait = min(wait, self.deadline - now)
+        state.idle_for += wait
+        state.prepare_for_next_attempt()
+        return wait

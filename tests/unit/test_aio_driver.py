@@ -9,6 +9,7 @@ import threading
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
+from zkrecipes._transport import Woken
 from zkrecipes.aio._driver import AioDriver
 
 
@@ -24,14 +25,14 @@ def test_a_wake_up_during_a_request_waits_for_the_reply_and_is_kept_for_the_next
     async def body() -> None:
         driver = AioDriver(client=_RunningClient(), deadline=None, policy=None)  # call() sends nothing itself
         reply = handler.async_result()
-        call = asyncio.create_task(driver.call(lambda: reply))
+        call = asyncio.create_task(driver._do(driver._call(lambda: reply)))
         await asyncio.sleep(0)  # the request is out; the driver awaits its reply
         driver._wake()  # a watch of ours fires meanwhile
         await asyncio.sleep(0.01)
         assert not call.done()  # still waiting for the reply, not handed a reply that is not there
         reply.set("the reply")
         assert await asyncio.wait_for(call, 5) == "the reply"
-        await asyncio.wait_for(driver._sleep(), 5)  # the wake-up was not lost: the next sleep ends at once
+        await asyncio.wait_for(driver._wait(Woken(True)), 5)  # the wake-up was not lost: the next sleep ends at once
         driver.close()
 
     asyncio.run(body())

@@ -1,0 +1,278 @@
+"""What both drivers do with each engine step, written once: the kazoo requests to send, what to wait
+for, and what one run knows of its watches and its session.
+
+A handler is a generator: it sends kazoo requests and *yields waits* -- :class:`Reply` (a request's
+reply), :class:`Nap` (a backoff, a pause), :class:`Woken` (a watch or session event), or the engine's
+:class:`~zkrecipes._engine.WaitGate` -- which its driver performs: :mod:`zkrecipes._drive` on the calling
+thread, :mod:`zkrecipes.aio._driver` on an event loop. Waits are bounded by the run's deadline and
+cancel (thrown in as DeadlinePassed / Cancelled), except a cleanup's.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Set
+
+import tenacity
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.protocol.states import EventType, WatchedEvent
+
+from . import _engine as e
+from . import _kazoo, retry
+from .errors import ClientClosed
+from .session import SessionWatcher
+
+
+class Reply(NamedTuple):
+    """Wait until kazoo's async result ``ar`` is ready; past ``until`` (monotonic), TimeoutError. A
+    ``cleanup`` wait ignores the run's deadline and cancel, and raises SessionGone once ``gone()`` does."""
+
+    ar: Any
+    until: Optional[float] = None
+    cleanup: bool = False
+    gone: Optional[Callable[[], bool]] = None
+
+
+class Nap(NamedTuple):
+    """Wait ``seconds`` (a cleanup's wait ignores the run's deadline and cancel); with ``wakes``, a
+    wake-up (watch, session event) ends it early."""
+
+    seconds: float
+    wakes: bool = False
+    cleanup: bool = False
+
+
+class Woken(NamedTuple):
+    """Use up the pending wake-up; with ``wait``, wait for one first (a non-blocking run raises
+    DeadlinePassed instead)."""
+
+    wait: bool
+
+
+Handler = Generator[Any, Any, Any]  # yields waits, is sent None (or has the wait's error thrown in)
+
+
+def client_closed(path: str) -> ClientClosed:
+    """The error of a run on (or waiting when) a stopped client."""
+    return ClientClosed(f"{path}: the KazooClient is stopped (or was never started)")
+
+
+class Transport:
+    """The requests and bookkeeping of one run (one acquire, release or check), for both drivers. A
+    driver supplies :meth:`check`, ``_on_watch`` (kazoo's event thread) and ``_on_session`` (the
+    session thread), and performs the waits its handlers yield."""
+
+    __slots__ = ("client", "path", "deadline", "policy", "nowait", "_deleted", "_deleted_at", "_since",
+                 "_watched", "_session")
+
+    def __init__(
+        self, client: KazooClient, deadline: Optional[float], policy: Optional[tenacity.Retrying], nowait: bool,
+        path: str,
+    ) -> None:
+        self.client = client
+        self.path = path  # named by the error a stopped client raises
+        self.deadline = deadline
+        self.policy = policy
+        self.nowait = nowait  # a non-blocking attempt: a wait for a wake-up ends it
+        self._session: Optional[SessionWatcher] = None  # subscribed only once the run has to wait
+
+    def check(self) -> None:
+        """Raise Cancelled, DeadlinePassed or ClientClosed if the run must stop."""
+        raise NotImplementedError
+
+    def _on_watch(self, event: WatchedEvent) -> None:
+        raise NotImplementedError
+
+    def _on_session(self, event: str) -> None:
+        raise NotImplementedError
+
+    def handler(self, op: Any) -> Optional[Handler]:
+        """The handler of engine step ``op``, or None with the answer in :meth:`answer_now`."""
+        fn = _HANDLERS.get(type(op)) or _CONSTANT_HANDLERS.get(op)
+        return None if fn is None else fn(self, op)
+
+    def answer_now(self, op: Any) -> Any:
+        """The answer to an engine step that needs no request and no wait."""
+        if op is e.SESSION:
+            return _kazoo.session_id(self.client)
+        if op is e.NOW:
+            return time.monotonic()
+        if op is e.STALE:
+            return self._stale()
+        if op is e.UNWATCH:
+            self.unwatch()
+            return None
+        raise TypeError(f"unknown engine step {op!r}")
+
+    # -- the handlers --------------------------------------------------------------------------------
+    def _create_and_list(self, op: e.CreateAndList) -> Handler:
+        self.check()
+        create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
+        try:
+            yield Reply(create if listing is None else listing)  # replies come in order: the listing is last
+            if not create.ready():
+                yield Reply(create)
+        except BaseException:  # deadline, cancel, Ctrl-C with the create in flight: our node must go too
+            made = _kazoo.outcome(create) if create.ready() else None
+            if made is None:
+                create.rawlink(_kazoo.delete_if_created(self.client))  # deleted when its reply comes
+            elif not isinstance(made, BaseException):
+                path, chroot = made[0], self.client.chroot
+                yield from self._delete(e.Delete(path[len(chroot):] if chroot else path, made[1].ephemeralOwner))
+            raise
+        listed = None if listing is None else _kazoo.outcome(listing)
+        return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
+
+    def _read(self, op: e.Read) -> Handler:
+        start = getattr(self.client, op.kind + "_async")
+        if not op.once:
+            return (yield from self._call(lambda: start(op.path)))
+        until = time.monotonic() + _kazoo.session_timeout(self.client)
+        ar = start(op.path)
+        yield Reply(ar, until if self.deadline is None else min(until, self.deadline))
+        return ar.get(block=False)
+
+    def _read_all(self, op: e.ReadAll) -> Handler:
+        pending = [self.client.get_async(path) for path in op.paths]  # pipelined
+        for ar in pending:
+            yield Reply(ar)
+        return [_kazoo.outcome(ar) for ar in pending]
+
+    def _create_parent(self, op: e.CreateParent) -> Handler:
+        return (yield from self._call(lambda: _kazoo.create_parent(self.client, op.path, op.acl, op.container)))
+
+    def _watch(self, op: e.Watch) -> Handler:
+        """Set a data watch (our only one unless ``op.keep``); a ``get`` rather than ``exists``: on a
+        missing node it leaves no watch behind to remove."""
+        self._subscribe()
+        if not op.keep:
+            self.unwatch()
+            yield Woken(False)  # an older wake-up is used up (not with keep: a watch set just before may have fired)
+        sent: List[Any] = []
+
+        def start() -> Any:
+            sent.append(self.client.get_async(op.path, watch=self._on_watch))
+            return sent[-1]
+
+        try:
+            _, stat = yield from self._call(start)
+        except NoNodeError:
+            return None
+        except BaseException:  # abandoned in flight: once its reply comes, drop the watch it set
+            if sent:
+                sent[-1].rawlink(_kazoo.forget_watch(self.client, op.path, self._on_watch))
+                yield Reply(sent[-1], time.monotonic() + _kazoo.session_timeout(self.client), cleanup=True)
+            raise
+        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
+        self._watched.add(op.path)
+        return stat
+
+    def _delete(self, op: e.Delete) -> Handler:
+        """Delete our node (idempotent) unless its session is gone; never bounded by the run's deadline
+        or cancel (it cleans up), at most 30 s."""
+
+        def start() -> Any:
+            sid = _kazoo.session_id(self.client)
+            if op.session is not None and sid is not None and sid != op.session:
+                raise e.SessionGone()  # our session is gone, and the node with it: never delete a successor's
+            return _kazoo.delete_async(self.client, op.path)  # queued by kazoo until reconnected
+
+        try:
+            yield from self._call(start, time.monotonic() + 30.0, cleanup=True, gone=op.gone)
+        except Exception as exc:
+            return e.delete_answer(op.path, exc)
+        return True
+
+    def _sleep(self, op: Any) -> Handler:
+        """SLEEP: the watched paths deleted (at once if some already are), else after a wake-up."""
+        yield Woken(not bool(self._watched & self._deleted))
+        gone = frozenset(self._watched & self._deleted)  # a fired watch is gone from the server and kazoo
+        self._watched -= gone
+        return gone
+
+    def _pause(self, op: Any) -> Handler:
+        yield Nap(0.05, wakes=True)
+
+    def _wait_gate(self, op: e.WaitGate) -> Handler:
+        yield op
+
+    def _call(
+        self, start: Callable[[], Any], until: Optional[float] = None, cleanup: bool = False,
+        gone: Optional[Callable[[], bool]] = None,
+    ) -> Handler:
+        """An idempotent request ``start()``, retried on transient errors (the run's policy) until ``until``
+        (default: the run's deadline)."""
+        until = self.deadline if until is None else until
+        attempts = None
+        while True:
+            try:
+                ar = start()
+                yield Reply(ar, until, cleanup, gone)
+                return ar.get(block=False)
+            except retry.TRANSIENT as exc:
+                attempts = attempts or retry.Attempts(self.policy, until)
+                wait = attempts.next_wait(exc)
+                if wait is None:
+                    if not cleanup:
+                        self.check()  # a deadline or cancel says more than the last transient error
+                    raise
+            yield Nap(wait, cleanup=cleanup)
+
+    # -- watches and session ------------------------------------------------------------------------
+    def _subscribe(self) -> None:
+        """Before the first watch: session events wake a sleeping waiter, and watches are recorded (an
+        uncontended acquire never gets here)."""
+        if self._session is None:
+            self._deleted: Set[str] = set()
+            self._deleted_at: Optional[float] = None
+            self._watched: Set[str] = set()  # paths our data watches are on
+            self._since = time.monotonic()
+            self._session = SessionWatcher.of(self.client)
+            self._session.subscribe(self._on_session)
+
+    def _seen(self, event: WatchedEvent) -> None:
+        if event.type == EventType.DELETED:
+            self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
+            self._deleted_at = time.monotonic()
+
+    def _stale(self) -> bool:
+        """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
+        SIGSTOP; told by the session thread) or the deletion we were told of is older than the stall limit
+        (a third of the session timeout) -- the session may have expired meanwhile, so our node must be
+        read back before we hold. A waiter that never slept is never stale."""
+        s = self._session
+        if s is None:
+            return False
+        return s.stalled_since(self._since) or (
+            self._deleted_at is not None and time.monotonic() - self._deleted_at > s.stall_limit
+        )
+
+    def unwatch(self) -> None:
+        if self._session is None:
+            return  # never watched
+        for path in self._watched:
+            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+        self._watched.clear()
+
+    def close(self) -> None:
+        """Drop our watches and the session subscription (the run is over)."""
+        if self._session is not None:
+            self.unwatch()
+            self._session.unsubscribe(self._on_session)
+            self._session = None
+
+
+_HANDLERS: Dict[Any, Callable[[Transport, Any], Handler]] = {  # by the step's type
+    e.CreateAndList: Transport._create_and_list,
+    e.Read: Transport._read,
+    e.ReadAll: Transport._read_all,
+    e.CreateParent: Transport._create_parent,
+    e.Watch: Transport._watch,
+    e.Delete: Transport._delete,
+    e.WaitGate: Transport._wait_gate,
+}
+_CONSTANT_HANDLERS: Dict[Any, Callable[[Transport, Any], Handler]] = {  # argument-less steps
+    e.SLEEP: Transport._sleep,
+    e.PAUSE: Transport._pause,
+}
