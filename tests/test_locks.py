@@ -373,10 +373,11 @@ def test_interrupt_while_waiting_leaves_no_node_and_no_watch(zk, zk_factory, zk_
     client = zk_factory()
     lock = make(client, "/interrupt")
 
-    def interrupted(self) -> None:
+    def interrupted(self, op):  # the wait for a deletion (SLEEP's handler), hit by Ctrl-C
         raise KeyboardInterrupt
+        yield
 
-    monkeypatch.setattr(Driver, "_sleep_for_deletion", interrupted)
+    monkeypatch.setattr(Driver, "_sleep", interrupted)
     with pytest.raises(KeyboardInterrupt):
         lock.acquire(timeout=10)
     monkeypatch.undo()

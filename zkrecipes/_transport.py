@@ -89,8 +89,8 @@ class Transport:
 
     def handler(self, op: Any) -> Optional[Handler]:
         """The handler of engine step ``op``, or None with the answer in :meth:`answer_now`."""
-        fn = _HANDLERS.get(type(op)) or _CONSTANT_HANDLERS.get(op)
-        return None if fn is None else fn(self, op)
+        name = _HANDLERS.get(type(op)) or _CONSTANT_HANDLERS.get(op)
+        return None if name is None else getattr(self, name)(op)
 
     def answer_now(self, op: Any) -> Any:
         """The answer to an engine step that needs no request and no wait."""
@@ -263,16 +263,13 @@ class Transport:
             self._session = None
 
 
-_HANDLERS: Dict[Any, Callable[[Transport, Any], Handler]] = {  # by the step's type
-    e.CreateAndList: Transport._create_and_list,
-    e.Read: Transport._read,
-    e.ReadAll: Transport._read_all,
-    e.CreateParent: Transport._create_parent,
-    e.Watch: Transport._watch,
-    e.Delete: Transport._delete,
-    e.WaitGate: Transport._wait_gate,
+_HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
+    e.CreateAndList: "_create_and_list",
+    e.Read: "_read",
+    e.ReadAll: "_read_all",
+    e.CreateParent: "_create_parent",
+    e.Watch: "_watch",
+    e.Delete: "_delete",
+    e.WaitGate: "_wait_gate",
 }
-_CONSTANT_HANDLERS: Dict[Any, Callable[[Transport, Any], Handler]] = {  # argument-less steps
-    e.SLEEP: Transport._sleep,
-    e.PAUSE: Transport._pause,
-}
+_CONSTANT_HANDLERS: Dict[Any, str] = {e.SLEEP: "_sleep", e.PAUSE: "_pause"}  # argument-less steps
