@@ -173,7 +173,7 @@ def test_contention_bench_smoke(zk_ensemble, tmp_path):
     assert set(rows) == expected
     for r in rows.values():
         assert r["n"] == size[0] * size[1] and r["errors"] == 0, r
-        assert r["overlaps"] == 0 and r["per_contender"]["min"] > 0, r
+        assert r["overlaps"] == 0 and r["per_contender"]["min"] > 0, (r["impl"], r)
         assert r["grants"] > 0 and r["handoff"]["n"] == r["grants"] and r["wait"]["max_ms"] > 0
     assert {t["impl"] for t in res["targets"]} == set(OURS)
     assert all(isinstance(t["met"], bool) for t in res["targets"])
