@@ -18,7 +18,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from . import _engine as e
 from . import _kazoo
-from ._transport import Handler, Nap, Reply, Transport, Woken, client_closed
+from ._transport import Nap, Reply, Transport, Woken, client_closed
 
 
 class Driver(Transport):
@@ -56,35 +56,20 @@ class Driver(Transport):
 
     def run(self, steps: e.Steps[e.T]) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran)."""
-        send: Any = None
-        error: Optional[BaseException] = None
-        try:
-            while True:
-                try:
-                    op = steps.throw(error) if error is not None else steps.send(send)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                try:
-                    handler = self.handler(op)
-                    send, error = (self.answer_now(op) if handler is None else self._do(handler)), None
-                except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
-                    send, error = None, exc
-        finally:
-            self.close()
-
-    def _do(self, handler: Handler) -> Any:
-        """Run one step's handler, performing the waits it yields."""
-        error: Optional[BaseException] = None
+        waits, outcome = self.waits(steps), None
         while True:
             try:
-                wait = handler.throw(error) if error is not None else handler.send(None)
+                wait = waits.send(outcome)
             except StopIteration as stop:
-                return stop.value
-            try:
-                error = None
-                self._wait(wait)
-            except BaseException as exc:
-                error = exc
+                return stop.value  # type: ignore[no-any-return]
+            outcome = self._outcome(wait)
+
+    def _outcome(self, wait: Any) -> Optional[BaseException]:
+        try:
+            self._wait(wait)
+        except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
+            return exc
+        return None
 
     def _wait(self, w: Any) -> None:
         if type(w) is Reply:

@@ -87,10 +87,42 @@ class Transport:
     def _on_session(self, event: str) -> None:
         raise NotImplementedError
 
-    def handler(self, op: Any) -> Optional[Handler]:
-        """The handler of engine step ``op``, or None with the answer in :meth:`answer_now`."""
-        name = _HANDLERS.get(type(op)) or _CONSTANT_HANDLERS.get(op)
-        return None if name is None else getattr(self, name)(op)
+    def waits(self, steps: e.Steps[e.T], op: Any = None) -> Generator[Any, Optional[BaseException], e.T]:
+        """The run of ``steps`` as one stream of waits for the driver: each step's handler in turn. The
+        driver sends each wait's outcome (None, or its error); the stream returns the steps' value.
+        ``op``: the step they already yielded, if they were started (see :func:`zkrecipes.aio._driver.start`)."""
+        send: Any = None
+        error: Optional[BaseException] = None
+        try:
+            while True:
+                if op is None:
+                    try:
+                        op = steps.throw(error) if error is not None else steps.send(send)
+                    except StopIteration as stop:
+                        return stop.value  # type: ignore[no-any-return]
+                try:
+                    name = _HANDLERS.get(type(op)) or _CONSTANT_HANDLERS.get(op)
+                    if name is None:
+                        send, error = self.answer_now(op), None
+                    else:
+                        send, error = (yield from self._handle(getattr(self, name)(op))), None
+                except GeneratorExit:  # closed by its driver: nothing more may be asked
+                    raise
+                except BaseException as exc:  # deadline, cancel, Ctrl-C too: the steps clean up
+                    send, error = None, exc
+                op = None
+        finally:
+            self.close()
+
+    def _handle(self, handler: Handler) -> Generator[Any, Optional[BaseException], Any]:
+        """One handler's waits, with each outcome thrown into it if it is an error."""
+        outcome: Optional[BaseException] = None
+        while True:
+            try:
+                wait = handler.throw(outcome) if outcome is not None else handler.send(None)
+            except StopIteration as stop:
+                return stop.value
+            outcome = yield wait
 
     def answer_now(self, op: Any) -> Any:
         """The answer to an engine step that needs no request and no wait."""

@@ -9,23 +9,36 @@ import threading
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
+from zkrecipes._engine import Read, Steps
 from zkrecipes._transport import Woken
 from zkrecipes.aio._driver import AioDriver
 
 
 class _RunningClient:
-    """What the driver reads of a client that is not stopped (a wake-up checks for a stopped client)."""
+    """What the driver reads of a client that is not stopped (a wake-up checks for a stopped client), and
+    a ``get`` whose reply the test sets."""
 
     _stopped = threading.Event()
+
+    def __init__(self, reply: object) -> None:
+        self.reply = reply
+
+    def get_async(self, path: str) -> object:
+        return self.reply
+
+
+def _read() -> Steps[object]:
+    value = yield Read("get", "/x")
+    return value
 
 
 def test_a_wake_up_during_a_request_waits_for_the_reply_and_is_kept_for_the_next_sleep():
     handler = SequentialThreadingHandler()
 
     async def body() -> None:
-        driver = AioDriver(client=_RunningClient(), deadline=None, policy=None)  # call() sends nothing itself
         reply = handler.async_result()
-        call = asyncio.create_task(driver._do(driver._call(lambda: reply)))
+        driver = AioDriver(client=_RunningClient(reply), deadline=None, policy=None)
+        call = asyncio.create_task(driver.run(_read()))
         await asyncio.sleep(0)  # the request is out; the driver awaits its reply
         driver._wake()  # a watch of ours fires meanwhile
         await asyncio.sleep(0.01)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Awaitable, Callable, Generator, Optional
+from typing import Any, Callable, Optional
 
 import tenacity
 from kazoo.client import KazooClient
@@ -20,7 +20,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from .. import _engine as e
 from .. import _kazoo
-from .._transport import Handler, Nap, Reply, Transport, Woken, client_closed
+from .._transport import Nap, Reply, Transport, Woken, client_closed
 
 
 def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
@@ -77,39 +77,21 @@ class AioDriver(Transport):
     async def run(self, steps: e.Steps[e.T], op: Any = None) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran).
         ``op``: the step they already yielded, if they were started (:func:`start`)."""
-        send: Any = None
-        error: Optional[BaseException] = None
+        waits, outcome = self.waits(steps, op), None
         try:
             while True:
-                if op is None:
-                    try:
-                        op = steps.throw(error) if error is not None else steps.send(send)
-                    except StopIteration as stop:
-                        return stop.value  # type: ignore[no-any-return]
                 try:
-                    handler = self.handler(op)
-                    send, error = (self.answer_now(op) if handler is None else await self._do(handler)), None
+                    wait = waits.send(outcome)
+                except StopIteration as stop:
+                    return stop.value  # type: ignore[no-any-return]
+                try:
+                    outcome = None
+                    await self._wait(wait)
                 except BaseException as exc:  # deadline, cancel, CancelledError too: the steps clean up
-                    send, error = None, exc
-                op = None
+                    outcome = exc
         finally:
             if self._timer is not None:
                 self._timer.cancel()
-            self.close()
-
-    async def _do(self, handler: Handler) -> Any:
-        """Run one step's handler, performing the waits it yields."""
-        error: Optional[BaseException] = None
-        while True:
-            try:
-                wait = handler.throw(error) if error is not None else handler.send(None)
-            except StopIteration as stop:
-                return stop.value
-            try:
-                error = None
-                await self._wait(wait)
-            except BaseException as exc:
-                error = exc
 
     async def _wait(self, w: Any) -> None:
         if type(w) is Reply:
@@ -209,24 +191,3 @@ class AioDriver(Transport):
 
     def _on_session(self, event: str) -> None:  # the session dispatcher thread
         call_soon(self.loop, self._wake)
-
-
-class _Done:
-    """The awaitable of steps that finished without a request: awaiting it returns their value."""
-
-    def __init__(self, value: Any) -> None:
-        self.value = value
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return self.value
-        yield  # a generator: awaiting it suspends nothing
-
-
-def start(client: KazooClient, steps: e.Steps[e.T], policy: Optional[tenacity.Retrying] = None) -> Awaitable[e.T]:
-    """Run ``steps`` on the calling thread up to their first request: their error is raised now; if they
-    finish, an awaitable already done; else a coroutine that drives the rest on the running loop."""
-    try:
-        op = steps.send(None)
-    except StopIteration as stop:
-        return _Done(stop.value)
-    return AioDriver(client, None, policy).run(steps, op)

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from typing import Any, AsyncIterator, Awaitable, Coroutine, List, Optional
+from typing import Any, AsyncIterator, Awaitable, Coroutine, Generator, List, Optional
 
 from .. import _gate
 from .. import exclusive as _exclusive
@@ -27,8 +27,6 @@ log = logging.getLogger("zkrecipes.aio")
 # tasks that run an acquire for the task that called it (asyncio.wait_for on Python <= 3.11 and
 # ensure_future run the coroutine in a task of their own): what they acquire belongs to that caller
 _acting_for: "weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any]]" = weakref.WeakKeyDictionary()
-
-
 # the gates whose holds each task is followed on (released when it ends)
 _followed: "weakref.WeakKeyDictionary[asyncio.Task[Any], weakref.WeakSet[Gate]]" = weakref.WeakKeyDictionary()
 
@@ -38,9 +36,17 @@ def owner_of(task: "asyncio.Task[Any]") -> "asyncio.Task[Any]":
     return _acting_for.get(task, task)
 
 
-def _caller() -> "Optional[asyncio.Task[Any]]":
-    """The task calling now, or None outside a running loop."""
+def _caller() -> "Optional[asyncio.Task[Any]]":  # the task calling now, or None outside a running loop
     return asyncio.current_task() if _driver.loop_of_thread() is not None else None
+
+
+class _Done:  # the awaitable of steps that finished without a request: awaiting it returns their value
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return self.value
+        yield  # a generator: awaiting it suspends nothing
 
 
 class AioFront(Participant):
@@ -74,8 +80,17 @@ class AioFront(Participant):
         finally:
             self._drivers.discard(driver)
 
+    def _start(self, steps: Steps[T]) -> Awaitable[T]:
+        """Run ``steps`` up to their first request now: their error is raised at the call; if they finish,
+        an awaitable already done; else a coroutine that drives the rest on the running loop."""
+        try:
+            op = steps.send(None)
+        except StopIteration as stop:
+            return _Done(stop.value)
+        return AioDriver(self.client, None, self.retry).run(steps, op)
+
     def _check_hold(self, hold: Hold, what: str) -> Awaitable[None]:
-        return _driver.start(self.client, self._certain(hold, what), self.retry)
+        return self._start(self._certain(hold, what))
 
     def transaction(self) -> HeldTransaction:
         """A kazoo transaction that commits only while the calling task's hold lives: ``await
@@ -134,7 +149,7 @@ class Lock(AioFront, LockCore):
         ``await lock.check()`` also confirms a hold the process stood still on: it asks ZooKeeper
         whether our node is still ours (LockLost if not, or if ZooKeeper cannot say); unawaited, that
         read is not made (and Python warns that a coroutine was never awaited)."""
-        return _driver.start(self.client, self._check(self._current_owner()), self.retry)
+        return self._start(self._check(self._current_owner()))
 
     def _track(self, me: Any, gate: Gate) -> None:
         """Release what ``me`` still holds on ``gate`` when it ends (nobody else can): no node outlives its

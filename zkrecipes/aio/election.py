@@ -8,7 +8,6 @@ from typing import Any, Awaitable, Callable, List, Optional, TypeVar
 from ..election import ElectionCore
 from ..errors import LockCancelled
 from ..naming import Contender, validate_timeout
-from . import _driver
 from ._lock import AioFront
 
 R = TypeVar("R")
@@ -65,7 +64,7 @@ class LeaderElection(AioFront, ElectionCore):
         """Raise :class:`~zkrecipes.LockLost` at the call if leadership is lost, uncertain or not held,
         awaited or not; awaited, it also confirms leadership after the process stood still (as
         :meth:`aio.FairLock.check <zkrecipes.aio.FairLock.check>`)."""
-        return _driver.start(self.client, self._check(), self.retry)
+        return self._start(self._check())
 
     async def contenders(self) -> List[Contender]:
         """Candidates in queue order (the first is the leader)."""
