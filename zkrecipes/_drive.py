@@ -56,13 +56,13 @@ class Driver(Transport):
 
     def run(self, steps: e.Steps[e.T]) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran)."""
-        waits, outcome = self.waits(steps), None
+        waits, error = self.waits(steps), None
         while True:
             try:
-                wait = waits.send(outcome)
+                wait = waits.throw(error) if error is not None else next(waits)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            outcome = self._outcome(wait)
+            error = self._outcome(wait)
 
     def _outcome(self, wait: Any) -> Optional[BaseException]:
         try:

@@ -87,10 +87,10 @@ class Transport:
     def _on_session(self, event: str) -> None:
         raise NotImplementedError
 
-    def waits(self, steps: e.Steps[e.T], op: Any = None) -> Generator[Any, Optional[BaseException], e.T]:
+    def waits(self, steps: e.Steps[e.T], op: Any = None) -> Generator[Any, None, e.T]:
         """The run of ``steps`` as one stream of waits for the driver: each step's handler in turn. The
-        driver sends each wait's outcome (None, or its error); the stream returns the steps' value.
-        ``op``: the step they already yielded, if they were started (see :func:`zkrecipes.aio._driver.start`)."""
+        driver throws a wait's error in (it reaches the handler, then the steps); the stream returns the
+        steps' value. ``op``: the step they already yielded, if they were started before the run."""
         send: Any = None
         error: Optional[BaseException] = None
         try:
@@ -105,7 +105,7 @@ class Transport:
                     if name is None:
                         send, error = self.answer_now(op), None
                     else:
-                        send, error = (yield from self._handle(getattr(self, name)(op))), None
+                        send, error = (yield from getattr(self, name)(op)), None
                 except GeneratorExit:  # closed by its driver: nothing more may be asked
                     raise
                 except BaseException as exc:  # deadline, cancel, Ctrl-C too: the steps clean up
@@ -113,16 +113,6 @@ class Transport:
                 op = None
         finally:
             self.close()
-
-    def _handle(self, handler: Handler) -> Generator[Any, Optional[BaseException], Any]:
-        """One handler's waits, with each outcome thrown into it if it is an error."""
-        outcome: Optional[BaseException] = None
-        while True:
-            try:
-                wait = handler.throw(outcome) if outcome is not None else handler.send(None)
-            except StopIteration as stop:
-                return stop.value
-            outcome = yield wait
 
     def answer_now(self, op: Any) -> Any:
         """The answer to an engine step that needs no request and no wait."""

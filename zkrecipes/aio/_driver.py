@@ -77,18 +77,18 @@ class AioDriver(Transport):
     async def run(self, steps: e.Steps[e.T], op: Any = None) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran).
         ``op``: the step they already yielded, if they were started (:func:`start`)."""
-        waits, outcome = self.waits(steps, op), None
+        waits, error = self.waits(steps, op), None
         try:
             while True:
                 try:
-                    wait = waits.send(outcome)
+                    wait = waits.throw(error) if error is not None else next(waits)
                 except StopIteration as stop:
                     return stop.value  # type: ignore[no-any-return]
                 try:
-                    outcome = None
+                    error = None
                     await self._wait(wait)
                 except BaseException as exc:  # deadline, cancel, CancelledError too: the steps clean up
-                    outcome = exc
+                    error = exc
         finally:
             if self._timer is not None:
                 self._timer.cancel()
