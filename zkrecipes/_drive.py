@@ -128,13 +128,14 @@ class Driver(Transport):
             raise client_closed(self.path)
 
 
-def _never() -> bool:
+def never() -> bool:
+    """The ``cancelled`` of a run nothing cancels (a release, a cleanup)."""
     return False
 
 
 def delete(client: KazooClient, path: str, session: Optional[int], policy: Optional[tenacity.Retrying]) -> bool:
     """Delete our node unless its session is gone (then False), outside any run (the session thread)."""
-    return Driver(client, None, _never, policy).run(_delete_step(path, session))
+    return Driver(client, None, never, policy).run(_delete_step(path, session))
 
 
 def _delete_step(path: str, session: Optional[int]) -> e.Steps[bool]:

@@ -23,7 +23,7 @@ from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
 from . import retry as _retry  # the keyword argument is called retry
-from ._drive import Driver
+from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
 from ._gate import Entered, Gate, in_doubt
 from ._signature import NamedInit
@@ -457,7 +457,7 @@ class Lock(Threaded, LockCore):
         """
         me = threading.current_thread()
         self._reap(me)
-        self._run(self._release(me))
+        Driver(self.client, None, never, self.retry).run(self._release(me))  # (not cancellable: no cancel() hook)
 
     def check(self) -> None:
         """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless

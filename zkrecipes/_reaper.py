@@ -18,7 +18,7 @@ import weakref
 from typing import Dict, List, Optional, Tuple
 
 from . import _gate
-from ._drive import Driver
+from ._drive import Driver, never
 from ._gate import Gate
 
 log = logging.getLogger("zkrecipes.lock")
@@ -62,13 +62,9 @@ def reap(gate: Gate) -> None:
         log.warning("%s: released %s: its owner, thread %r, ended without releasing it",
                     gate.path, getattr(hold, "node", None), owner.name)
         try:  # (other threads of this process may share the (read) hold: then it stays)
-            Driver(hold.client, None, _never, None).run(_gate.finish_leave(gate, left))
+            Driver(hold.client, None, never, None).run(_gate.finish_leave(gate, left))
         except Exception:
             log.exception("%s: could not release %s (it goes when the session ends)", gate.path, hold.node)
-
-
-def _never() -> bool:
-    return False
 
 
 def reap_ended() -> None:
