@@ -54,9 +54,10 @@ class Driver(Transport):
             wake = self.wake = threading.Event()
         return wake
 
-    def run(self, steps: e.Steps[e.T]) -> e.T:
-        """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran)."""
-        waits, error = self.waits(steps), None
+    def run(self, steps: e.Steps[e.T], op: Any = None) -> e.T:
+        """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran).
+        ``op``: the step they already yielded, if they were started."""
+        waits, error = self.waits(steps, op), None
         while True:
             try:
                 wait = waits.throw(error) if error is not None else next(waits)

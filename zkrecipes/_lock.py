@@ -399,10 +399,14 @@ class Threaded(Participant):
         return threading.current_thread()
 
     def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
+        try:  # steps that need no request (a check of a confirmed hold, a re-entry) need no driver
+            op = steps.send(None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
         driver = Driver(self.client, deadline, self._is_cancelled, self.retry, nowait, self.path)
         self._drivers.add(driver)
         try:
-            return driver.run(steps)
+            return driver.run(steps, op)
         finally:
             self._drivers.discard(driver)
 

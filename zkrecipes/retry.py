@@ -9,7 +9,7 @@ the attempt limit; the deadline still applies on top of it.
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable, Optional, TypeVar, cast
+from typing import Any, Callable, Optional, TypeVar
 
 import tenacity
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
@@ -38,14 +38,6 @@ def validate_policy(policy: object) -> Optional[tenacity.Retrying]:
 _DEFAULT = default_policy()
 
 
-class _StopAtDeadline(tenacity.stop.stop_base):
-    def __init__(self, deadline: Optional[float]) -> None:
-        self.deadline = deadline
-
-    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
-        return self.deadline is not None and time.monotonic() >= self.deadline
-
-
 def call(
     fn: Callable[..., T],
     *args: Any,
@@ -53,40 +45,18 @@ def call(
     policy: Optional[tenacity.Retrying] = None,
     **kw: Any,
 ) -> T:
-    """Call ``fn(*args, **kw)``, retrying transient ZooKeeper errors until ``deadline`` (monotonic)."""
-    if policy is None:  # fast path: the first attempt skips tenacity's bookkeeping
+    """Call ``fn(*args, **kw)``, retrying transient ZooKeeper errors with ``policy``'s waits (sleeping on
+    the calling thread) until ``deadline`` (monotonic); :class:`Attempts` decides."""
+    attempts: Optional[Attempts] = None
+    while True:
         try:
             return fn(*args, **kw)
-        except TRANSIENT:
-            if deadline is not None and time.monotonic() >= deadline:
+        except TRANSIENT as exc:
+            attempts = attempts or Attempts(policy, deadline)
+            wait = attempts.next_wait(exc)
+            if wait is None:
                 raise
-    base = policy or _DEFAULT
-    retrying = base.copy(
-        retry=base.retry & tenacity.retry_if_exception_type(TRANSIENT),  # never retry anything else
-        stop=cast(tenacity.stop.stop_base, base.stop) | _StopAtDeadline(deadline),
-        reraise=True,
-    )
-    return retrying(fn, *args, **kw)
-
-
-async def acall(
-    fn: Callable[[], Awaitable[T]], deadline: Optional[float] = None, policy: Optional[tenacity.Retrying] = None
-) -> T:
-    """:func:`call` for coroutines (:mod:`zkrecipes.aio`): await ``fn()``, retrying transient ZooKeeper
-    errors with ``policy``'s wait and stop, until ``deadline`` (monotonic)."""
-    try:  # fast path: the first attempt skips tenacity's bookkeeping
-        return await fn()
-    except TRANSIENT:
-        if deadline is not None and time.monotonic() >= deadline:
-            raise
-    base = policy or _DEFAULT
-    retrying = tenacity.AsyncRetrying(
-        retry=base.retry & tenacity.retry_if_exception_type(TRANSIENT),
-        wait=base.wait,
-        stop=cast(tenacity.stop.stop_base, base.stop) | _StopAtDeadline(deadline),
-        reraise=True,
-    )
-    return cast(T, await retrying(fn))
+        time.sleep(wait)
 
 
 class Attempts:

@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import logging
 import weakref
-from typing import Any, AsyncIterator, Awaitable, Coroutine, Generator, List, Optional
+from typing import Any, AsyncIterator, Awaitable, Coroutine, Generator, List, Optional, Set
 
 from .. import _gate
 from .. import exclusive as _exclusive
@@ -27,8 +27,9 @@ log = logging.getLogger("zkrecipes.aio")
 # tasks that run an acquire for the task that called it (asyncio.wait_for on Python <= 3.11 and
 # ensure_future run the coroutine in a task of their own): what they acquire belongs to that caller
 _acting_for: "weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any]]" = weakref.WeakKeyDictionary()
-# the gates whose holds each task is followed on (released when it ends)
+# the gates whose holds each task is followed on (released when it ends), and those releases still running
 _followed: "weakref.WeakKeyDictionary[asyncio.Task[Any], weakref.WeakSet[Gate]]" = weakref.WeakKeyDictionary()
+_releasing: "Set[asyncio.Future[None]]" = set()  # (the loop keeps only a weak reference to a task)
 
 
 def owner_of(task: "asyncio.Task[Any]") -> "asyncio.Task[Any]":
@@ -166,7 +167,9 @@ class Lock(AioFront, LockCore):
         if left is None:
             return
         log.warning("%s: released: its owner %r ended without releasing it", self.path, task)
-        asyncio.ensure_future(self._run(_gate.finish_leave(gate, left)), loop=self._loop)
+        release = asyncio.ensure_future(self._run(_gate.finish_leave(gate, left)), loop=self._loop)
+        _releasing.add(release)
+        release.add_done_callback(_releasing.discard)
 
     async def __aenter__(self) -> "Lock":
         await self._acquire_or_raise(None)

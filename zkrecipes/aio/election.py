@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Awaitable, Callable, List, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Optional, TypeVar
 
 from ..election import ElectionCore
 from ..errors import LockCancelled
@@ -66,12 +66,8 @@ class LeaderElection(AioFront, ElectionCore):
         :meth:`aio.FairLock.check <zkrecipes.aio.FairLock.check>`)."""
         return self._start(self._check())
 
-    async def contenders(self) -> List[Contender]:
-        """Candidates in queue order (the first is the leader)."""
-        return await super().contenders()
-
     async def leader(self) -> Optional[Contender]:
-        """Who leads now (readable by anyone, candidate or not), or None."""
+        """Who leads now, the first of :meth:`contenders` (readable by anyone, candidate or not), or None."""
         c = await self.contenders()
         return c[0] if c else None
 
