@@ -114,11 +114,6 @@ class Result:
             fn(self)
 
 
-def _result(client: KazooClient) -> AsyncResult:
-    """A :class:`Result` with kazoo's threading handler; the handler's own result with any other."""
-    handler = client.handler
-    return Result(handler) if isinstance(handler, SequentialThreadingHandler) else handler.async_result()
-
 _UNUSABLE = (KeeperState.AUTH_FAILED, KeeperState.CLOSED, KeeperState.EXPIRED_SESSION)
 _LIVE = (KeeperState.CONNECTED, KeeperState.CONNECTED_RO)
 
@@ -376,10 +371,8 @@ def create_and_list(
 
 def delete_async(client: KazooClient, path: str) -> AsyncResult:
     """Send a delete of ``path`` (any version) without kazoo's path normalisation, which our own paths
-    do not need (``_call``; 2.9.0-2.11.0). Same request as ``client.delete_async(path)``."""
-    ar = _result(client)
-    client._call(Delete(client.chroot + path, -1), ar)
-    return ar
+    do not need. Same request as ``client.delete_async(path)``."""
+    return submit(client, [Delete(client.chroot + path, -1)])[0]
 
 
 def outcome(ar: AsyncResult) -> Any:

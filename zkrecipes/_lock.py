@@ -188,12 +188,13 @@ class Participant(NamedInit):
         return self._cancelled
 
     # -- holds ---------------------------------------------------------------------------------------
-    def _make_hold(self, entry: Entry, gate: object = None) -> Hold:
-        """Follow our granted node; ``gate`` (a lock's local gate) lives as long as the hold."""
+    def _make_hold(self, entry: Entry, gate: object = None, listener: Optional[Listener] = None) -> Hold:
+        """Follow our granted node (``listener`` told of each change); ``gate`` (a lock's local gate) lives
+        as long as the hold."""
         watcher = self._watcher
         if watcher is None:
             watcher = self._watcher = SessionWatcher.of(self.client)
-        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher)
+        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
         hold.gate = gate
         if _kazoo.session_id(self.client) != entry.session:
             hold.settle()  # the connection dropped, or the session ended, while we were granted
@@ -266,7 +267,7 @@ class LockCore(Participant):
         """Enter the gate (re-entry, a local reader joining, or our turn to queue), queue our node, hold.
         False on a miss, the deadline or a cancel (our node deleted)."""
         gate = self._gate_for(me)
-        mine = gate.owned(me)
+        mine = gate.owned(me) if gate.counts else None  # (only ``me`` adds itself to counts)
         if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
             yield from _confirm(mine)
         elif self._kind == naming.READ:
@@ -288,17 +289,18 @@ class LockCore(Participant):
         hold = None
         try:
             entry = yield from self._steps()
-            hold = self._make_hold(entry, gate)  # a held lock's gate outlives its lock objects
+            hold = self._make_hold(entry, gate, self._told)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
-            gate.granted(me, self._kind, hold)
+            gate.granted(me, self._kind, hold, self, self._detach)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
             return False
         self._track(me, gate)
-        self._attach(gate, hold)
+        self._attached.add(hold)
+        self._report(hold, hold.state)  # (a change before this line was not reported: not yet attached)
         return True
 
     def _look_for_writers(self, gate: Gate, me: Owner) -> Steps[None]:
@@ -413,8 +415,7 @@ class Threaded(Participant):
     def _told(self, hold: Hold, state: str) -> None:
         self._report(hold, state)
 
-    def _track(self, me: Any, gate: Gate) -> None:
-        _reaper.track(me, gate)
+    _track = staticmethod(_reaper.track)  # a thread that ends holding: its hold is released
 
     def _check_hold(self, hold: Hold, what: str) -> None:
         self._run(self._certain(hold, what))

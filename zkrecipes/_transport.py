@@ -112,7 +112,8 @@ class Transport:
                     send, error = None, exc
                 op = None
         finally:
-            self.close()
+            if self._session is not None:  # the run watched: drop its watches and session subscription
+                self.close()
 
     def answer_now(self, op: Any) -> Any:
         """The answer to an engine step that needs no request and no wait."""
