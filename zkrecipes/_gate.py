@@ -73,13 +73,13 @@ Detach = Callable[[Any], None]  # a lock object's own way to stop following a ho
 
 
 class LeaveResult(NamedTuple):
-    """What :meth:`Gate.leave` leaves to do: delete the hold's node (``last``) and detach every attached
-    object (``detach``), or detach the objects of a side that is no longer held (``downgraded``)."""
+    """What :meth:`Gate.leave` leaves to do: delete the hold's node (``last``), and detach the objects in
+    ``detach`` (``(side, detach)`` pairs: every attached object after the last level, else those of a
+    side no longer held)."""
 
     last: bool
     hold: Any
-    detach: List[Detach]
-    downgraded: List[Detach]
+    detach: List[Tuple[str, Detach]]
 
 
 @dataclass(eq=False)
@@ -193,20 +193,20 @@ class Gate:
     def _left(self) -> LeaveResult:
         """After an owner gave up levels (``mutex`` held): what is left to do."""
         if self.counts:
-            downgraded: List[Detach] = []
+            downgraded: List[Tuple[str, Detach]] = []
             if self.writer is None and self.mode == WRITE:
                 self.mode = READ  # downgrade: our write node stays until the reads are released
                 downgraded = self._detach_side(WRITE)
             self.changed()
-            return LeaveResult(False, self.hold, [], downgraded)
-        hold, detach = self.hold, [d for _, d in self.objects.values()]
+            return LeaveResult(False, self.hold, downgraded)
+        hold, detach = self.hold, list(self.objects.values())
         self.hold, self.mode, self.objects, self.busy = None, None, {}, True
-        return LeaveResult(True, hold, detach, [])
+        return LeaveResult(True, hold, detach)
 
-    def _detach_side(self, kind: str) -> List[Detach]:
-        """Forget the objects attached to side ``kind``: their ``detach``, for the caller to call."""
+    def _detach_side(self, kind: str) -> List[Tuple[str, Detach]]:
+        """Forget the objects attached to side ``kind``: their ``(side, detach)`` pairs, for the caller to call."""
         objects = [o for o, (k, _) in self.objects.items() if k == kind]
-        return [self.objects.pop(o)[1] for o in objects]
+        return [self.objects.pop(o) for o in objects]
 
     def attach(self, obj: Any, kind: str, detach: Detach) -> bool:
         """Attach ``obj`` (a lock object of side ``kind``) to the current hold; False if it already was."""
@@ -336,14 +336,14 @@ def finish_leave(gate: Gate, left: LeaveResult) -> Steps[None]:
     """What :meth:`Gate.leave` (or :meth:`Gate.drop`) left to do: detach a side no longer held, or, for
     the last level, delete the node (:func:`release_hold`), reopen the gate and detach every object."""
     if not left.last:
-        for detach in left.downgraded:  # the write side is no longer held: "idle", no token, no node
+        for _, detach in left.detach:  # the write side is no longer held: "idle", no token, no node
             detach(left.hold)
         return
     try:
         yield from release_hold(left.hold)  # a session found gone is reported as lost, even this late
     finally:
         gate.released()
-        for detach in left.detach:
+        for _, detach in left.detach:
             detach(left.hold)
 
 
