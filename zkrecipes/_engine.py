@@ -246,7 +246,11 @@ def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watche
 
 def _ahead(parent: str, entry: Entry, fmt: NodeFormat) -> Steps[Optional[List[QueueNode]]]:
     """Nodes ahead of ours in queue order, or None if our node is no longer in the queue."""
-    ahead, seen = fmt.ahead(parent, (yield Read("get_children", parent)), entry.node.sequence)
+    try:
+        names = yield Read("get_children", parent)
+    except NoNodeError:  # the parent went (a container reaped once empty): our node went before it
+        return None
+    ahead, seen = fmt.ahead(parent, names, entry.node.sequence)
     return ahead if seen else None
 
 
@@ -313,6 +317,8 @@ def create(
                 continue
             try:
                 return entry, ((yield Read("get_children", parent)) if listing else None)
+            except NoNodeError:  # the parent went, so our node went first (its session ended)
+                continue
             except GeneratorExit:
                 raise
             except BaseException:
@@ -335,7 +341,10 @@ def create(
                 if listed is None and entry.node.sequence == 0:
                     children = []  # the parent's first child ever (its counter was 0): nobody is ahead
                 elif listed is None or isinstance(listed, _RELIST):
-                    children = yield Read("get_children", parent)
+                    try:
+                        children = yield Read("get_children", parent)
+                    except NoNodeError:  # the parent went, so our node went first (its session ended)
+                        continue
                 elif isinstance(listed, BaseException):
                     raise listed
                 else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kazoo.exceptions import NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from zkrecipes import _engine as p
@@ -217,3 +217,26 @@ def test_a_missing_chroot_is_named_not_climbed_past():
     assert gen.send(None) == p.CreateParent("/a", [], True)
     with pytest.raises(LockError, match="chroot does not exist"):
         gen.throw(NoNodeError())
+
+
+def test_a_parent_gone_when_relisting_means_our_node_went_too_queue_again():
+    # a waiter's session expired while it stood still; the queue emptied and its container parent was
+    # reaped: the listing after the wake-up finds no parent (seen in a SIGSTOP test), and must requeue
+    gen = new()
+    start(gen)
+    created(gen, (("/p/h-W-0000000003", stat()), ["h-W-0000000001", "h-W-0000000003"]))
+    assert gen.send(stat(5)) is p.SLEEP
+    assert gen.send(frozenset()) is p.SESSION  # woken by the session's news, not by a deletion
+    assert gen.send(None) == p.Watch("/p/h-W-0000000001")  # no connection yet: watch again
+    assert gen.send(None) == p.Read("get_children", "/p")  # (in the new session) the blocker is gone
+    op = gen.throw(NoNodeError())
+    assert isinstance(op, p.CreateAndList)  # queue again (the create makes the parent anew), no error
+
+
+def test_a_parent_gone_when_listing_after_the_create_means_our_node_went_too():
+    gen = new()
+    start(gen)
+    # the pipelined listing was lost with the connection; by the relist the session and the parent are gone
+    assert created(gen, (("/p/h-W-0000000003", stat()), ConnectionLoss())) == p.Read("get_children", "/p")
+    op = gen.throw(NoNodeError())
+    assert isinstance(op, p.CreateAndList)  # the node went with its parent: create again, no delete
