@@ -316,9 +316,10 @@ class LockCore(Participant):
         gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names))
 
     def _release(self, me: Owner) -> Steps[None]:
-        """Release one level of ``me``'s hold; the last deletes our node (see :func:`_gate.finish_leave`)."""
+        """Release one level of ``me``'s hold at once (LockError if ``me`` holds none); the steps left
+        delete our node after the last (see :func:`_gate.finish_leave`)."""
         gate = self._gate_for(me)
-        yield from _gate.finish_leave(gate, gate.leave(me, self._kind))
+        return _gate.finish_leave(gate, gate.leave(me, self._kind))
 
     def _check(self, me: Optional[Owner]) -> Steps[None]:
         hold = self._my_hold(me)
