@@ -57,19 +57,20 @@ class Driver(Transport):
     def run(self, steps: e.Steps[e.T], op: Any = None) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran).
         ``op``: the step they already yielded, if they were started."""
-        waits = self.waits(steps, op)
-        error: Optional[BaseException] = None
+        waits, error = self.waits(steps, op), None
         while True:
             try:
                 wait = waits.throw(error) if error is not None else next(waits)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            try:
-                self._wait(wait)
-            except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
-                error = exc
-            else:
-                error = None
+            error = self._outcome(wait)
+
+    def _outcome(self, wait: Any) -> Optional[BaseException]:
+        try:
+            self._wait(wait)
+        except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
+            return exc
+        return None
 
     def _wait(self, w: Any) -> None:
         if type(w) is Reply:
