@@ -343,6 +343,7 @@ def analyse(grants: Sequence[Tuple[str, int, int, int, int]], contenders: Sequen
                           "zero": sum(1 for c in counts if c == 0)},
         "overlaps": overlaps,
         "grants_total": len(ordered),
+        "granted": len({g[0] for g in ordered}),  # contenders granted at least once in the whole run
         "slow": slow,
     }
 

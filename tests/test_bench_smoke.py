@@ -173,8 +173,13 @@ def test_contention_bench_smoke(zk_ensemble, tmp_path):
     assert set(rows) == expected
     for r in rows.values():
         assert r["n"] == size[0] * size[1] and r["errors"] == 0, r
-        assert r["overlaps"] == 0 and r["per_contender"]["min"] > 0, (r["impl"], r)
-        assert r["grants"] > 0 and r["handoff"]["n"] == r["grants"] and r["wait"]["max_ms"] > 0
+        # every contender got the lock in the run (a fleet drains: each finishes the acquire it is in)
+        assert r["overlaps"] == 0 and r["granted"] == r["n"], (r["impl"], r)
+        assert r["handoff"]["n"] == r["grants"] <= r["grants_total"], (r["impl"], r)
+        if r["impl"] in OURS:  # ours also inside the 1.5 s window. Curator's fleet was seen to sit a whole
+            # window out (grants 0, errors 0; twice in ~30 suite runs), likely ZooKeeper 3.8.0's lost wake-up
+            # (ZOOKEEPER-4537) that our recipes nudge past and foreign ones wait out until a heartbeat
+            assert r["grants"] > 0 and r["per_contender"]["min"] > 0 and r["wait"]["max_ms"] > 0, (r["impl"], r)
     assert {t["impl"] for t in res["targets"]} == set(OURS)
     assert all(isinstance(t["met"], bool) for t in res["targets"])
     md = (out / "contention.md").read_text()
