@@ -151,9 +151,9 @@ class Transport:
         start = getattr(self.client, op.kind + "_async")
         if not op.once:
             return (yield from self._call(lambda: start(op.path)))
-        until = time.monotonic() + _kazoo.session_timeout(self.client)
+        until = time.monotonic() + _kazoo.session_timeout(self.client)  # (the run's deadline is the driver's)
         ar = start(op.path)
-        yield Reply(ar, until if self.deadline is None else min(until, self.deadline))
+        yield Reply(ar, until)
         return ar.get(block=False)
 
     def _read_all(self, op: e.ReadAll) -> Handler:
@@ -225,8 +225,7 @@ class Transport:
         gone: Optional[Callable[[], bool]] = None,
     ) -> Handler:
         """An idempotent request ``start()``, retried on transient errors (the run's policy) until ``until``
-        (default: the run's deadline)."""
-        until = self.deadline if until is None else until
+        (default: the run's deadline, which the driver applies to each wait as DeadlinePassed)."""
         attempts = None
         while True:
             try:
@@ -234,7 +233,7 @@ class Transport:
                 yield Reply(ar, until, cleanup, gone)
                 return ar.get(block=False)
             except retry.TRANSIENT as exc:
-                attempts = attempts or retry.Attempts(self.policy, until)
+                attempts = attempts or retry.Attempts(self.policy, self.deadline if until is None else until)
                 wait = attempts.next_wait(exc)
                 if wait is None:
                     if not cleanup:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import types
 
+import pytest
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from zkrecipes._engine import Read, Steps
@@ -19,16 +22,18 @@ class _RunningClient:
     a ``get`` whose reply the test sets."""
 
     _stopped = threading.Event()
+    _session_timeout = 10000  # ms, as asked (no connect response seen)
 
     def __init__(self, reply: object) -> None:
         self.reply = reply
+        self._connection = types.SimpleNamespace()  # the seam keeps what replies told on it
 
     def get_async(self, path: str) -> object:
         return self.reply
 
 
-def _read() -> Steps[object]:
-    value = yield Read("get", "/x")
+def _read(once: bool = False) -> Steps[object]:
+    value = yield Read("get", "/x", once)
     return value
 
 
@@ -47,5 +52,22 @@ def test_a_wake_up_during_a_request_waits_for_the_reply_and_is_kept_for_the_next
         assert await asyncio.wait_for(call, 5) == "the reply"
         await asyncio.wait_for(driver._wait(Woken(True)), 5)  # the wake-up was not lost: the next sleep ends at once
         driver.close()
+
+    asyncio.run(body())
+
+
+def test_a_read_with_no_reply_by_the_deadline_ends_in_deadline_passed_not_a_timeout():
+    # a reply's own time limit must not race the run's deadline: an acquire(timeout=...) returns False on
+    # DeadlinePassed, while a TimeoutError would escape it (seen once among hundreds of aio tasks)
+    from zkrecipes._engine import DeadlinePassed
+
+    handler = SequentialThreadingHandler()
+
+    async def body() -> None:
+        for once in (False, True):  # retried (a relisting, a watch) and one attempt (a hold's check)
+            reply = handler.async_result()  # never answered
+            driver = AioDriver(client=_RunningClient(reply), deadline=time.monotonic() + 0.05, policy=None)
+            with pytest.raises(DeadlinePassed):
+                await asyncio.wait_for(driver.run(_read(once)), 5)
 
     asyncio.run(body())
