@@ -19,6 +19,7 @@ import subprocess
 import sys
 
 import pytest
+from toolskip import missing_tool
 
 from lab.run import HARD_CHECKS, HOLDER_FAULTS, hard_checks
 from zkrecipes.testing import ZooKeeperNotFound, find_classpath
@@ -200,7 +201,7 @@ def test_mixed_fleet_trial_never_has_two_valid_holders(tmp_path, trial, zk_side,
 
         classpath, reason = curator_classpath()
         if classpath is None:
-            pytest.skip(f"the Curator half needs a JDK and Curator: {reason}")
+            missing_tool(f"the Curator half needs a JDK and Curator: {reason}")
     out = tmp_path / trial
     cmd = [sys.executable, "-m", "lab.run", "--trials", trial, "--seed", "1", "--out", str(out), "--keep-history"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
