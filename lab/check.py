@@ -74,6 +74,12 @@ ROW_KEYS = (
 )
 
 
+def struck_at(fault: dict) -> float:
+    """When a fault strikes its target: an expiry when it is done (its end), the other faults when they
+    begin. A hold struck is one in progress at that moment."""
+    return fault["end"] if fault["kind"] in EXPIRIES else fault["start"]
+
+
 def _load_jsonl(path: str) -> list:
     out = []
     with open(path, "rb") as f:
@@ -313,10 +319,8 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
         refs = []
         cause_kind = None
         for f in faults:
-            # an expiry strikes when it is done (its end), the other faults when they begin
-            struck = f["end"] if f["kind"] in EXPIRIES else f["start"]
             if f["kind"] in TARGETED_SESSION_FAULTS and f.get("target_pid") == h["pid"] \
-                    and h["grant"] <= struck <= h["end"]:
+                    and h["grant"] <= struck_at(f) <= h["end"]:
                 refs.append(f["end"])
                 cause_kind = f["kind"]
         for t in zk_lost.get(h["pid"], []):
@@ -345,10 +349,10 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
                                        "cause": cause_kind})
     totals.update(notices_needed=needed, notices_got=got, notices_late=late, max_notice_delay=max_delay)
 
-    # holder hits: targeted faults that struck a process holding this lock
+    # holder hits: targeted faults that struck a process holding this lock (an expiry when it was done)
     for f in faults:
         pid = f.get("target_pid")
-        if pid and any(h["pid"] == pid and h["grant"] <= f["start"] <= h["end"] for h in holds.values()):
+        if pid and any(h["pid"] == pid and h["grant"] <= struck_at(f) <= h["end"] for h in holds.values()):
             rows[f["kind"]]["hits"] += 1
 
     # readers that held together (read/write locks)

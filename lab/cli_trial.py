@@ -248,7 +248,7 @@ def check(path: str) -> dict:
     if any(x >= y for x, y in zip(tokens, tokens[1:])):
         findings.append({"what": "fencing tokens not increasing in start order", "tokens": tokens[:50]})
     faults = {e["id"]: e for e in nemesis if e["ev"] == "fault_start"}
-    rows: dict = {}
+    rows: dict = {kind: {"faults": 0, "hits": 0, "stopped": 0} for kind in meta["fault_kinds"]}  # as scheduled
     stopped = 0
     for f in faults.values():
         row = rows.setdefault(f["kind"], {"faults": 0, "hits": 0, "stopped": 0})

@@ -45,14 +45,17 @@ The short run (default, used by ``make test``) runs the ``zk`` trial with each f
 semaphore,txn,aio`` without ``--long`` runs those with ``pause`` and ``session-expiry`` only, aimed at
 their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs every trial with each fault three
 times (the ``cli`` trial: 20 silent partitions and 5 cuts). Without ``--long``, the mixed trials inject
-one ``session-expiry`` and one ``pause``.
+one ``session-expiry`` and one ``pause``. When every fault of a holder kind has struck no holder (the
+holder released before the fault landed), that kind is injected again, up to ``RETRIES`` more times.
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
-status is 1 when a zkrecipes entry (not a baseline: kazoo, Curator, Redis, the unfenced control) had an
-accepted overlap, a lost increment, a missed loss notice, an orphan node or a hung worker, or failed a
-trial's own check (a mixed trial's valid overlaps or refusals).
+status is 1 when a zkrecipes entry (not a baseline: kazoo, Curator, Redis, the unfenced control) broke
+what docs/safety.rst claims for it (``HARD_CHECKS``: an accepted or unsafe overlap -- for the ``txn``
+trial an applied stale operation --, a lost increment, a grant out of order, a missed or late loss
+notice, an orphan node, a hung worker), or failed a trial's own check (a mixed trial's valid overlaps or
+refusals), or when a holder fault kind scheduled in a trial with a zkrecipes entry struck no holder.
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 
@@ -79,7 +82,7 @@ from zkrecipes.testing import Ensemble, Partition, four_letter
 from zkrecipes.testing._proc import die_with_parent
 
 from . import aio_trial, cli_trial, semaphore_trial, txn_trial
-from .check import check_trial
+from .check import _load_jsonl, check_trial, struck_at
 from .fenced import FencedRegister
 from .redis_server import RedisServer, redis_version
 
@@ -135,7 +138,15 @@ TOKENS = {
     "aio-sem": "none presented (one number cannot fence N leases)",
 }
 ZK_IMPLS = ("fair", "rw", "election", "cli")
-HARD_CHECKS = ("accepted_overlaps", "lost_increments", "orphans", "hung")
+# what docs/safety.rst promises for every zkrecipes entry: each count must be 0 (and every loss notice
+# needed must have come), or the run fails
+HARD_CHECKS = ("accepted_overlaps", "unsafe", "lost_increments", "out_of_order", "notices_late", "orphans", "hung")
+# the txn trial's fenced half writes after its read without a check() by design (the transaction is its
+# check): a stale commit is an unsafe overlap that ZooKeeper must refuse, so there none may be accepted
+CLAIMS_INSTEAD = {"txn": {"unsafe": "unsafe_accepted"}}
+# a holder fault that struck no holder is injected again (aimed at the same recipe), at most this often,
+# until each holder fault kind of a trial has struck a holder once
+RETRIES = 2
 # not zkrecipes recipes (or the unfenced control): reported as found, never fail the run
 BASELINES = ("kazoo", "redis", "mk-kazoo", "mc-curator", "kazoo-sem", "txn-control")
 REDIS_KEY = "chaos-lock"
@@ -169,6 +180,7 @@ class Journal:
     """The nemesis's own history (``nemesis.jsonl``)."""
 
     def __init__(self, path: str) -> None:
+        self.path = path
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def __call__(self, ev: str, **kw) -> dict:
@@ -217,6 +229,7 @@ class Trial:
             self.kinds = [k for k in self.kinds if k in SHORT_KINDS]
         self.slots = [Slot(i) for i in range(st.workers)]
         self.journal = Journal(os.path.join(workdir, "nemesis.jsonl"))
+        self.targets: dict = {}  # holder fault id -> (the target worker's history file, the target hold)
         self.mon = None
         self.hard_stop = 0.0
         self._fault_n = 0
@@ -393,7 +406,8 @@ class Trial:
         return None if v is None else v.decode()
 
     # -- faults ------------------------------------------------------------------------------------------------
-    def inject(self, kind: str, target_impl: str) -> None:
+    def inject(self, kind: str, target_impl: str) -> Optional[str]:
+        """Inject one fault; returns its id, or None when a holder fault found no holder (skipped)."""
         self._fault_n += 1
         fid = f"{self.name}-{self._fault_n}"
         T = self.st.session_timeout
@@ -403,10 +417,11 @@ class Trial:
             if found is None:
                 self.journal("fault_skipped", id=fid, kind=kind, reason="no live holder found")
                 self.say(f"  {kind}: no live holder of {target_impl} found; skipped")
-                return
+                return None
             slot, hold = found
             base = {"id": fid, "kind": kind, "target_impl": target_impl, "target_slot": slot.index,
                     "target_pid": slot.proc.pid, "target_hold": hold}
+            self.targets[fid] = (os.path.join(self.dir, f"w-{slot.index}-{slot.gen}.jsonl"), hold)
             if kind == "session-expiry":
                 self._expire(base, slot)
             elif kind in ("partition", "silent-partition"):
@@ -439,10 +454,10 @@ class Trial:
                 self.wait_ready([slot])
                 self.journal("replaced", slot=slot.index, pid=slot.proc.pid)
             self.say(f"  {kind} of the {IMPL_NAMES[target_impl]} holder (worker {slot.index}, hold {hold})")
-            return
+            return fid
         if self.name == "redis":
             self._redis_server_fault(fid, kind)
-            return
+            return fid
         ens = self.ens
         down = self.rnd.uniform(1.0, 2.0) if lng else 1.0
         if kind in ("leader-kill", "follower-kill"):
@@ -469,6 +484,22 @@ class Trial:
             ens.wait_serving(timeout=90)
             self.journal("fault_end", id=fid)
             self.say(f"  quorum-loss: ZooKeeper servers {victims} stopped for {dur:.1f} s, restarted")
+        return fid
+
+    def struck(self, fid: Optional[str]) -> bool:
+        """Whether holder fault ``fid`` struck its target: the hold had not begun its release when the fault
+        struck (:func:`lab.check.struck_at`), as the target worker's own history shows. Asked once the
+        lock has moved on after the fault, when that history is written."""
+        if fid not in self.targets:
+            return False
+        history, hold = self.targets[fid]
+        mine = {e["ev"]: e for e in _load_jsonl(self.journal.path) if e.get("id") == fid}
+        if "fault_start" not in mine or "fault_end" not in mine:
+            return False
+        at = struck_at({"kind": mine["fault_start"]["kind"], "start": mine["fault_start"]["t"],
+                        "end": mine["fault_end"]["t"]})
+        released = [e["t"] for e in _load_jsonl(history) if e["ev"] == "release_start" and e.get("hold") == hold]
+        return not released or released[0] >= at
 
     def _expire(self, base: dict, slot: Slot) -> None:
         """Expire the holder's session server-side (Redis: expire its key server-side)."""
@@ -553,7 +584,8 @@ class Trial:
         with open(os.path.join(self.dir, "meta.json"), "w") as f:
             json.dump({"trial": self.name, "impls": list(self.impls), "session_timeout": st.session_timeout,
                        "fault_kinds": self.kinds, "paths": self.paths, "plan": plan, "seed": st.seed}, f)
-        budget = 120.0 + len(plan) * (4 * st.session_timeout + 40.0)
+        tries = len(plan) + RETRIES * len({k for k, _ in plan if k in HOLDER_FAULTS})
+        budget = 120.0 + tries * (4 * st.session_timeout + 40.0)
         self.hard_stop = time.monotonic() + budget  # the workers' own deadline, should this process vanish
         try:
             if self.name != "redis":
@@ -571,12 +603,28 @@ class Trial:
             self.say(f"{len(self.slots)} workers up ({', '.join(IMPL_NAMES[i] for i in self.impls)})")
             self.wait_progress(0.0, 30.0, "start")
             time.sleep(st.settle + 1.0)
-            for kind, target in plan:
+            left = {k: sum(1 for k2, _ in plan if k2 == k) for k in HOLDER_FAULTS}  # planned, not yet injected
+            retries = dict.fromkeys(HOLDER_FAULTS, 0)
+            hit: set = set()
+            todo = list(plan)
+            while todo:
+                kind, target = todo.pop(0)
                 t0 = time.monotonic()
-                self.inject(kind, target)
+                fid = self.inject(kind, target)
                 self.wait_progress(time.monotonic(), 30.0 + st.session_timeout, kind)
                 self.say(f"    recovered {time.monotonic() - t0:.1f} s after the fault began")
                 time.sleep(st.settle)
+                if kind not in HOLDER_FAULTS:
+                    continue
+                left[kind] -= 1
+                if self.struck(fid):
+                    hit.add(kind)
+                elif kind not in hit and not left[kind] and retries[kind] < RETRIES:
+                    retries[kind] += 1
+                    left[kind] += 1
+                    todo.insert(0, (kind, target))
+                    self.journal("fault_retry", id=fid, kind=kind, target_impl=target)
+                    self.say(f"    {kind} struck no holder; again ({retries[kind]} of at most {RETRIES})")
             time.sleep(st.settle + 1.0)
             self.shutdown()
         finally:
@@ -773,14 +821,17 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
     for impl, t in totals.items():
         if t["baseline"]:
             continue
-        for key in HARD_CHECKS:
-            if t[key]:
+        for key in hard_checks(impl):
+            if key not in t:
+                failures.append(f"{IMPL_NAMES[impl]}: {key} was not measured")
+            elif t[key]:
                 failures.append(f"{IMPL_NAMES[impl]}: {key} = {t[key]}")
         if t.get("notices_got", 0) < t.get("notices_needed", 0):
             failures.append(f"{IMPL_NAMES[impl]}: missed notices = {t['notices_needed'] - t['notices_got']}")
         failures += [f"{IMPL_NAMES[impl]}: {m}" for m in t.get("failed_checks", [])]  # a trial's own checks
         if impl in ("rw", "aio-rw") and not t.get("readers_overlapped"):
             failures.append(f"{IMPL_NAMES[impl]}: readers never held the lock together")
+    failures += unexercised(checked)
     return {
         "command": _command(st),
         "seed": st.seed,
@@ -797,6 +848,29 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
         "failures": failures,
         "passed": not failures,
     }
+
+
+def hard_checks(impl: str) -> tuple:
+    """The counts that must be 0 for zkrecipes entry ``impl`` (see HARD_CHECKS and CLAIMS_INSTEAD)."""
+    instead = CLAIMS_INSTEAD.get(impl, {})
+    return tuple(instead.get(key, key) for key in HARD_CHECKS)
+
+
+def unexercised(checked: dict) -> list:
+    """Failures for a trial with a zkrecipes entry in which a holder fault kind it scheduled struck no holder
+    of any of its implementations: the run did not test what it claims to (``hits``, summed over the
+    trial's entries; a kind's row exists when the kind was scheduled)."""
+    out = []
+    for trial, res in checked.items():
+        impls = res["impls"]
+        if all(impl in BASELINES for impl in impls):
+            continue
+        for kind in HOLDER_FAULTS:
+            rows = [r["rows"][kind] for r in impls.values() if kind in r["rows"]]
+            if rows and not sum(r.get("hits", 0) for r in rows):
+                out.append(f"trial {trial}: {kind} struck no holder "
+                           f"({max(r.get('faults', 0) for r in rows)} injected)")
+    return out
 
 
 def _cell(v) -> str:

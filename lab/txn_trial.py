@@ -216,7 +216,8 @@ def zk_log(events: list, impl: str, final: dict | None) -> tuple:
 
 def check(path: str) -> dict:
     """Verdict of one ``txn`` trial directory, in :func:`lab.check.check_trial`'s shape, plus each
-    counter's final value and version and the writes whose outcome is unknown."""
+    counter's final value and version, the writes whose outcome is unknown and ``unsafe_accepted`` (the
+    operations of unsafe overlaps that were applied)."""
     events = []
     for p in sorted(glob.glob(os.path.join(path, "w-*.jsonl"))):
         events.extend(_load(p))
@@ -231,6 +232,9 @@ def check(path: str) -> dict:
         t["counter"] = None if f is None else {"value": f["value"], "version": f["version"]}
         t["unknown_writes"] = sum(1 for e in events if e.get("impl") == impl and e["ev"] == "zwrite"
                                   and e.get("ok") is None)
+        # stale acts ZooKeeper let through: accepted operations after a later conflicting grant (the fenced
+        # half's stale commits must all be refused)
+        t["unsafe_accepted"] = sum(f["accepted"] for f in t["findings"] if f["what"] == "unsafe overlap")
         if f is None:
             t["findings"].append({"what": "final counter not read", "t": 0.0})
     return res

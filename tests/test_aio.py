@@ -9,7 +9,7 @@ import time
 from typing import Any, Awaitable, Callable, List
 
 import pytest
-from lockhelpers import FAST_RECONNECT, assert_no_watch, children
+from lockhelpers import FAST_RECONNECT, assert_no_watch, children, full_path
 
 from zkrecipes import FairLock as ThreadedFairLock
 from zkrecipes import LeaderElection as ThreadedLeaderElection
@@ -559,8 +559,9 @@ def test_exclusive_lock_hands_over_and_leaves_no_watch(zk_ensemble, zk_factory):
         assert [c.identifier for c in await second.contenders()] == ["one"]
         assert not await second.acquire(timeout=0.2)
         waiter = asyncio.create_task(second.acquire())
-        await asyncio.sleep(0.1)
-        assert not waiter.done()
+        watched = full_path(b, "/ex/lock")  # a waiter watches the holder's node (its watch is set once the reply came)
+        await until(lambda: bool(b._data_watchers.get(watched)), 10, "the waiter watching the lock node")
+        assert second.state == "waiting" and not waiter.done()  # queued behind the holder, not granted
         t1 = first.token
         await first.release()
         assert await asyncio.wait_for(waiter, 10)

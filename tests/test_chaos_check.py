@@ -2,7 +2,8 @@
 
 The checker must flag what it claims to flag -- an interleaving of two holders at the register, a lost
 increment, a stale holder acting, an out-of-order grant, a missed loss notice -- and nothing in a clean
-history. Histories are written exactly as workers and the nemesis write them.
+history. Histories are written exactly as workers and the nemesis write them, on a fake clock (every
+reading 2 ms after the one before, the register's included), so no figure depends on the machine's load.
 """
 
 from __future__ import annotations
@@ -10,11 +11,36 @@ from __future__ import annotations
 import json
 import os
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from lab import fenced
 from lab.check import check_trial
 from lab.fenced import FencedRegister, StaleToken, read_log
+
+
+class FakeClock:
+    """A monotonic clock that moves only when read (2 ms per reading) or advanced."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def monotonic(self) -> float:
+        self.t = round(self.t + 0.002, 6)
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch) -> FakeClock:
+    """The fake clock, read by History and by the register (which stamps every operation it applies)."""
+    c = FakeClock()
+    monkeypatch.setattr(fenced, "time", SimpleNamespace(monotonic=c.monotonic, time=time.time))
+    monkeypatch.setattr(History, "clock", c, raising=False)
+    return c
 
 
 class History:
@@ -28,10 +54,10 @@ class History:
                        "paths": {impl: f"/root/{impl}"}}, f)
         self.reg = FencedRegister(os.path.join(self.path, f"register-{impl}.jsonl"))
 
-    @staticmethod
-    def now() -> float:
-        time.sleep(0.002)  # events and register operations are stamped with the real monotonic clock
-        return time.monotonic()
+    clock: FakeClock  # set by the clock fixture
+
+    def now(self) -> float:
+        return self.clock.monotonic()
 
     def ev(self, pid: int, ev: str, **kw) -> None:
         rec = {"t": self.now(), "wall": 0.0, "ev": ev, "slot": pid, "gen": 0, "pid": pid, "impl": self.impl, **kw}
@@ -103,7 +129,7 @@ def test_clean_history_has_no_findings(tmp_path):
     assert (t["final_value"], t["accepted_writes"], t["grants"]) == (4, 4, 4)
 
 
-def test_unfenced_stale_holder_is_an_accepted_overlap_and_loses_an_increment(tmp_path):
+def test_unfenced_stale_holder_is_an_accepted_overlap_and_loses_an_increment(tmp_path, clock):
     h = History(tmp_path, impl="kazoo")
     h.grant(1, "A", token=None, seq=1)
     va = h.reg.read(None, hold="A")  # A reads, then pauses past its session
@@ -111,7 +137,7 @@ def test_unfenced_stale_holder_is_an_accepted_overlap_and_loses_an_increment(tmp
     vb = h.reg.read(None, hold="B")
     h.reg.write(None, vb + 1, hold="B")
     h.release(2, "B")
-    time.sleep(0.01)
+    clock.advance(0.01)
     h.reg.write(None, va + 1, hold="A")  # A wakes up and writes: accepted, B's increment is lost
     h.release(1, "A")
     t = h.check()
@@ -120,7 +146,7 @@ def test_unfenced_stale_holder_is_an_accepted_overlap_and_loses_an_increment(tmp
     assert t["unsafe"] == 1
 
 
-def test_fenced_stale_holder_is_unsafe_but_rejected(tmp_path):
+def test_fenced_stale_holder_is_unsafe_but_rejected(tmp_path, clock):
     h = History(tmp_path)
     h.grant(1, "A", token=10, seq=1)
     va = h.reg.read(10, hold="A")
@@ -128,7 +154,7 @@ def test_fenced_stale_holder_is_unsafe_but_rejected(tmp_path):
     vb = h.reg.read(20, hold="B")
     h.reg.write(20, vb + 1, hold="B")
     h.release(2, "B")
-    time.sleep(0.01)
+    clock.advance(0.01)
     with pytest.raises(StaleToken):
         h.reg.write(10, va + 1, hold="A")
     h.release(1, "A")
@@ -170,12 +196,12 @@ def test_readers_together_are_not_overlaps_but_a_writer_among_them_is(tmp_path):
     assert h2.check()["accepted_overlaps"] == 1
 
 
-def test_missed_and_timely_loss_notices(tmp_path):
+def test_missed_timely_and_late_loss_notices(tmp_path, clock):
     h = History(tmp_path)
     h.grant(1, "A", token=1, seq=1)
     h.nemesis("fault_start", id="f1", kind="pause", target_pid=1)
     h.nemesis("fault_end", id="f1")
-    h.ev(1, "state", hold="A", state="lost")  # told just after it could reach ZooKeeper again
+    h.ev(1, "state", hold="A", state="lost")  # told one reading (2 ms) after it could reach ZooKeeper again
     h.release(1, "A")
     h.grant(2, "B", token=2, seq=2)
     h.nemesis("fault_start", id="f2", kind="pause", target_pid=2)
@@ -183,8 +209,19 @@ def test_missed_and_timely_loss_notices(tmp_path):
     h.release(2, "B")  # never told
     t = h.check()
     assert (t["notices_needed"], t["notices_got"], t["notices_late"]) == (2, 1, 0)
-    assert 0 < t["max_notice_delay"] < 0.1
+    assert t["max_notice_delay"] == 0.002
     assert [f["hold"] for f in t["findings"] if f["what"] == "missed loss notice"] == ["B"]
+
+    os.makedirs(tmp_path / "late")
+    h2 = History(tmp_path / "late")  # told more than the session timeout (3 s) plus 1 s after: late
+    h2.grant(3, "C", token=3, seq=3)
+    h2.nemesis("fault_start", id="f3", kind="pause", target_pid=3)
+    h2.nemesis("fault_end", id="f3")
+    clock.advance(4.1)
+    h2.ev(3, "check_fail", hold="C")
+    h2.release(3, "C")
+    t2 = h2.check()
+    assert (t2["notices_needed"], t2["notices_got"], t2["notices_late"], t2["max_notice_delay"]) == (1, 1, 1, 4.102)
 
 
 def test_stalled_queue_with_nodes_nobody_holds_counts_orphans(tmp_path):

@@ -17,6 +17,7 @@ import time
 import interop
 import pytest
 from lockhelpers import Acquirer, children, wait_until
+from toolskip import missing_tool
 
 from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, formats
 
@@ -27,7 +28,7 @@ HOLDS = 52  # per mix: at least 50
 def curator_cp():
     classpath, reason = interop.curator_classpath()
     if classpath is None:
-        pytest.skip(f"Curator interop needs a JDK and Curator: {reason}")
+        missing_tool(f"Curator interop needs a JDK and Curator: {reason}")
     return classpath
 
 

@@ -2,9 +2,12 @@
 
 Runs ``python -m lab.run --seed 1`` -- the zkrecipes trial (FairLock, ReadWriteLock and
 LeaderElection, 8 worker processes) under each nemesis fault once -- in a subprocess with a deadline, and
-fails if the checker found an accepted overlap, a lost increment, an orphan node or a hung worker for any
-zkrecipes recipe, or if the run did not exercise what it claims (faults injected, holders hit, grants,
-readers together). The histories stay under pytest's tmp_path for inspection.
+fails if the checker found, for any zkrecipes recipe, anything docs/safety.rst claims never happens
+(``lab.run.HARD_CHECKS``: accepted and unsafe overlaps, lost increments, grants out of order, late or
+missed loss notices, orphan nodes, hung workers), or if the run did not exercise what it claims (every
+fault injected, every holder fault kind struck a holder, grants, readers together). The lab's own verdict
+(exit status, ``passed``) covers the same ground, so ``make safety`` fails on it too. The histories stay
+under pytest's tmp_path for inspection.
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import subprocess
 import sys
 
 import pytest
+from toolskip import missing_tool
 
+from lab.run import HARD_CHECKS, HOLDER_FAULTS, hard_checks
 from zkrecipes.testing import ZooKeeperNotFound, find_classpath
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lab/ is imported from here
 
-DEADLINE = 170.0  # seconds; the run takes about 40-60 s on two CPUs
+DEADLINE = 240.0  # seconds; the run takes about 40-60 s on two CPUs, plus ~10 s for a holder fault injected again
 ZK_RECIPES = ("fair", "rw", "election")
 FAULTS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", "partition", "silent-partition", "pause",
           "holder-kill")
@@ -32,7 +37,7 @@ def _summary(res: dict) -> str:
     for impl in ZK_RECIPES:
         t = res["totals"][impl]
         lines.append(f"{t['name']}: " + ", ".join(f"{k}={t[k]}" for k in (
-            "accepted_overlaps", "lost_increments", "orphans", "hung", "unsafe", "stalls", "duplicate_nodes")))
+            *HARD_CHECKS, "stalls", "duplicate_nodes")))
         lines += [f"    {f}" for f in t["findings"][:8]]
     return "\n".join(lines)
 
@@ -66,9 +71,9 @@ def test_short_safety_run(tmp_path):
     # the run did what it claims
     rows = {(r["impl"], r["fault"]): r for r in res["rows"]}
     for kind in FAULTS:
-        assert rows[("fair", kind)]["faults"] == 1, f"fault {kind} was not injected\n{stderr[-3000:]}"
-    hits = sum(rows[(impl, kind)]["hits"] for impl in ZK_RECIPES for kind in FAULTS)
-    assert hits >= 2, f"holder-targeted faults hit a holder only {hits} times\n{where}"
+        assert rows[("fair", kind)]["faults"] >= 1, f"fault {kind} was not injected\n{stderr[-3000:]}"
+    for kind in HOLDER_FAULTS:  # (one that struck no holder is injected again, up to twice)
+        assert sum(rows[(impl, kind)]["hits"] for impl in ZK_RECIPES), f"{kind} struck no holder\n{where}"
     for impl in ZK_RECIPES:
         t = res["totals"][impl]
         assert t["grants"] >= 20, f"{t['name']}: only {t['grants']} grants\n{where}"
@@ -78,10 +83,9 @@ def test_short_safety_run(tmp_path):
     # the verdict
     for impl in ZK_RECIPES:
         t = res["totals"][impl]
-        assert t["accepted_overlaps"] == 0, f"{t['name']}: accepted overlaps\n{where}"
-        assert t["lost_increments"] == 0, f"{t['name']}: lost increments\n{where}"
-        assert t["orphans"] == 0, f"{t['name']}: orphan lock nodes {t['orphan_nodes']}\n{where}"
-        assert t["hung"] == 0, f"{t['name']}: workers hung past their deadline\n{where}"
+        for key in hard_checks(impl):
+            assert t[key] == 0, f"{t['name']}: {key} = {t[key]}\n{where}"
+        assert t["notices_got"] == t["notices_needed"], f"{t['name']}: a loss notice was missed\n{where}"
     assert res["passed"], f"{res['failures']}\n{where}"
     assert proc.returncode == 0, f"exit {proc.returncode}\n{stderr[-3000:]}"
 
@@ -153,12 +157,11 @@ def test_short_run_of_new_trials(tmp_path, trial):
     where = f"histories in {out / 'history'}\n" + "\n".join(
         f"{res['totals'][i]['name']}: {res['totals'][i]['findings'][:8]}" for i in mine) + f"\n{stderr[-2000:]}"
 
-    # the run did what it claims: both faults injected, holders hit and told, the locks kept moving
+    # the run did what it claims: both faults injected, each struck a holder who was told, the locks kept moving
     rows = {(r["impl"], r["fault"]): r for r in res["rows"]}
     for kind in ("pause", "session-expiry"):
-        assert rows[(mine[0], kind)]["faults"] == 1, f"fault {kind} was not injected\n{where}"
-    # (a hit needs the holder still holding when the fault lands; holds can be 20 ms: one hit of two is enough)
-    assert sum(rows[(i, k)]["hits"] for i in mine for k in ("pause", "session-expiry")) >= 1, where
+        assert rows[(mine[0], kind)]["faults"] >= 1, f"fault {kind} was not injected\n{where}"
+        assert sum(rows[(i, kind)]["hits"] for i in mine), f"{kind} struck no holder\n{where}"
     assert sum(res["totals"][i]["notices_needed"] for i in mine) >= 1, where
     for impl in mine:
         t = res["totals"][impl]
@@ -174,7 +177,7 @@ def test_short_run_of_new_trials(tmp_path, trial):
     # the verdict
     for impl in mine:
         t = res["totals"][impl]
-        for key in ("accepted_overlaps", "lost_increments", "orphans", "hung"):
+        for key in hard_checks(impl):
             assert t[key] == 0, f"{t['name']}: {key} = {t[key]}\n{where}"
         assert t["notices_got"] == t["notices_needed"], f"{t['name']}: a loss notice was missed\n{where}"
     assert res["passed"] and proc.returncode == 0, f"{res['failures']} (exit {proc.returncode})\n{where}"
@@ -198,7 +201,7 @@ def test_mixed_fleet_trial_never_has_two_valid_holders(tmp_path, trial, zk_side,
 
         classpath, reason = curator_classpath()
         if classpath is None:
-            pytest.skip(f"the Curator half needs a JDK and Curator: {reason}")
+            missing_tool(f"the Curator half needs a JDK and Curator: {reason}")
     out = tmp_path / trial
     cmd = [sys.executable, "-m", "lab.run", "--trials", trial, "--seed", "1", "--out", str(out), "--keep-history"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -215,17 +218,17 @@ def test_mixed_fleet_trial_never_has_two_valid_holders(tmp_path, trial, zk_side,
     where = f"histories in {out / 'history'}\n{zk['findings'][:8]}\n{stderr[-2000:]}"
     # the run did what it claims: both faults injected and each hit a holder, both halves held and verified
     for kind in ("session-expiry", "pause"):
-        assert rows[(zk_side, kind)]["faults"] == 1, f"{kind} was not injected\n{where}"
-        assert rows[(zk_side, kind)]["hits"] + rows[(foreign, kind)]["hits"] == 1, f"{kind} hit no holder\n{where}"
+        assert rows[(zk_side, kind)]["faults"] >= 1, f"{kind} was not injected\n{where}"
+        assert rows[(zk_side, kind)]["hits"] + rows[(foreign, kind)]["hits"] >= 1, f"{kind} hit no holder\n{where}"
     for t in (zk, other):
         assert t["grants"] >= 10 and t["verified"]["alive"] >= 10, f"{t['name']}: {t['verified']}\n{where}"
         assert not t["crashes"], f"{t['name']}: {t['crashes']}\n{where}"
     assert zk["accepted_writes"] >= 20, where
     # the verdict
     assert zk["valid_overlaps"] == 0, f"two valid holders at once\n{where}"
-    assert zk["accepted_overlaps"] == 0 and zk["lost_increments"] == 0, where
+    for key in hard_checks(zk_side):
+        assert zk[key] == 0, f"{zk['name']}: {key} = {zk[key]}\n{where}"
     assert zk["notices_got"] == zk["notices_needed"], where
-    assert zk["orphans"] == 0 and zk["hung"] == 0, where
     if trial == "mixed-kazoo":
         ref = res["totals"]["mk-refusal"]
         assert ref["attempts"] >= 10 and ref["refused"] == ref["attempts"] == ref["refused_naming_kazoo"], where

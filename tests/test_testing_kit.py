@@ -35,16 +35,18 @@ def wait_until(predicate, timeout: float, what: str) -> None:
 
 
 class StateLog:
-    """Records every KazooState a client reports, and waits for one with a deadline."""
+    """Records every KazooState a client reports (and when: ``at``), and waits for one with a deadline."""
 
     def __init__(self, client) -> None:
         self.seen: list[str] = []
+        self.at: list[float] = []
         self._cond = threading.Condition()
         client.add_listener(self._on_state)
 
     def _on_state(self, state: str) -> None:
         with self._cond:
             self.seen.append(state)
+            self.at.append(time.monotonic())
             self._cond.notify_all()
 
     def mark(self) -> int:
@@ -236,8 +238,11 @@ def test_freeze_keeps_the_connection_open_delivers_nothing_and_the_server_expire
         assert client.connected and _client_socket_open(client), "a freeze must not close the connection"
         assert KazooState.SUSPENDED not in states.seen
 
-        k = states.wait_for(KazooState.SUSPENDED, timeout=10)  # only once a heartbeat goes unanswered
-        assert time.monotonic() - frozen_at > 0.5
+        k = states.wait_for(KazooState.SUSPENDED, timeout=10)  # only once a heartbeat goes unanswered:
+        # the request above reset kazoo's heartbeat clock; its ping goes out after read_timeout/2 (2 s / 2)
+        # minus up to 0.4 s of jitter, and goes unanswered after as long again -- at least 1.2 s after the
+        # freeze, where a closed connection would have been noticed at once
+        assert states.at[k] - frozen_at >= 1.0, f"suspended {states.at[k] - frozen_at:.2f} s after the freeze"
         # the server hears nothing either, so it expires the session after the timeout
         wait_until(lambda: observer.exists("/frozen-eph") is None, 20, "server expired the frozen session")
         p.heal()

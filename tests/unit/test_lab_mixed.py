@@ -24,7 +24,7 @@ class History:
         self.d = str(d)
         with open(os.path.join(self.d, "meta.json"), "w") as f:
             json.dump({"trial": "mixed-kazoo", "impls": ["mk-zk", "mk-kazoo"], "session_timeout": 3.0,
-                       "fault_kinds": ["session-expiry", "pause"], "paths": {"mk-zk": PATH, "mk-kazoo": PATH},
+                       "fault_kinds": [], "paths": {"mk-zk": PATH, "mk-kazoo": PATH},  # no fault scheduled
                        "plan": [], "seed": 1}, f)
         open(os.path.join(self.d, "nemesis.jsonl"), "w").close()
         self.reg = FencedRegister(os.path.join(self.d, "register-mixed-kazoo.jsonl"))

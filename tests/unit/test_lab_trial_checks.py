@@ -122,8 +122,9 @@ def test_the_unfenced_control_and_kazoos_semaphore_are_baselines():
     from lab.run import Settings, assemble
 
     def totals(**bad):
-        t = {"accepted_overlaps": 0, "lost_increments": 0, "orphans": 0, "hung": 0, "notices_needed": 1,
-             "notices_got": 1, "readers_overlapped": None, "findings": []}
+        t = {"accepted_overlaps": 0, "unsafe": 0, "unsafe_accepted": 0, "lost_increments": 0, "out_of_order": 0,
+             "notices_late": 0, "orphans": 0, "hung": 0, "notices_needed": 1, "notices_got": 1,
+             "readers_overlapped": None, "findings": []}
         return {"totals": {**t, **bad}, "rows": {}}
 
     ok = assemble(Settings(), {"txn": {"impls": {"txn": totals(), "txn-control": totals(lost_increments=4)}},
@@ -147,5 +148,7 @@ def test_an_expiry_needs_a_notice_only_from_a_hold_it_struck(tmp_path):
         d.mkdir()
         tr = Trial(d, ["fair"], faults=[("session-expiry", 1.0, 1.2, 1)])
         tr.hold("fair", 1, "a", 0.9, release_at, seq=1)
-        t = check_trial(str(d))["impls"]["fair"]["totals"]
+        r = check_trial(str(d))["impls"]["fair"]
+        t = r["totals"]
         assert (t["notices_needed"], t["notices_got"]) == (needed, 0), release_at
+        assert r["rows"]["session-expiry"]["hits"] == needed, release_at  # a hit is a hold the fault struck
