@@ -81,8 +81,8 @@ def test_a_run_whose_n_disagrees_with_the_holders_exits_2(cli: Cli, zk):
     assert r.returncode == 2 and "max_leases 3 disagrees with the holders' 2" in r.stderr, r.stderr
     r = cli.run("lock", "/m", "--hosts", cli.hosts, "--timeout", "0.5", "--", "true")
     # a plain lock on a semaphore's path is refused, not queued behind the lease until it times out
-    assert r.returncode == 2 and "is a Semaphore's lease: a lock or election needs a path of its own" in r.stderr, \
-        r.stderr
+    assert r.returncode == 2 and "/m: a ReadWriteLock cannot share this path" in r.stderr, r.stderr
+    assert "is a node of a Semaphore (max_leases 2)" in r.stderr, r.stderr
     cli.release("a")
     assert a.wait() == 0
     assert queue(zk, "/m") == []

@@ -168,9 +168,10 @@ def acquire(
 ) -> Steps[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections), or if the waiter stood still meanwhile (:data:`STALE`),
-    our node is read back before we return: it must still be ours. ``fmt`` (the node format) reads every listing: a
-    child it cannot queue with raises LockError (our node deleted). ``seen(n)``, if given, is told how many
-    nodes are ahead of ours each time we are about to wait (from what we know anyway: no request)."""
+    our node is read back before we return: it must still be ours. ``fmt`` (the node format) reads every
+    listing: a child it cannot queue with, or a node of another recipe ahead of ours, raises LockError (our
+    node deleted). ``seen(n)``, if given, is told how many nodes are ahead of ours each time we are about
+    to wait (from what we know anyway: no request)."""
     entry: Optional[Entry] = None
     ahead: List[QueueNode] = []
     watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
@@ -182,7 +183,7 @@ def acquire(
                 entry, children = yield from create(
                     parent, acl, prefix, data, guid, sequence=True, listing=True, containers=fmt.containers
                 )
-                ahead, _ = fmt.ahead(parent, children or (), entry.node.sequence)
+                ahead, _ = fmt.ahead(parent, children or (), entry.node.sequence, fresh=True)
             elif waited:
                 current = yield SESSION
                 if current is not None and current != entry.session:
@@ -288,8 +289,8 @@ def create(
 ) -> Steps[Tuple[Entry, Optional[List[str]]]]:
     """Create our ephemeral node ``<parent>/<name>`` (plus a sequence suffix): ``(entry, children)``.
 
-    Optimistic: the create goes first; only a NoNode makes the missing parents, and then, if our node is
-    the parent's first child ever (sequence 0), nobody can be ahead and no listing is needed. A create
+    Optimistic: the create goes first; only a NoNode makes the missing parents, and then, if our sequential
+    node is the parent's first child ever (sequence 0), nobody can be ahead and no listing is needed. A create
     whose reply is lost is found again by ``guid``; one acquire never leaves two nodes. Raises
     NodeExistsError for a taken non-sequential name, ConnectionClosedError for a stopped client.
     """
@@ -297,7 +298,8 @@ def create(
     path = f"{parent}/{name}"
     while True:
         flags = 3 if sequence else 1  # ephemeral (+ sequential)
-        listed_parent = parent if listing and not made_parent else None
+        # a sequential node made right after its parent needs no listing if it is the first child ever
+        listed_parent = parent if listing and not (made_parent and sequence) else None
         created, listed, sid = yield CreateAndList(path, data, acl, flags, listed_parent)
         if isinstance(created, BaseException):
             if isinstance(created, NoNodeError):  # a new key, or its parent reaped (container): make it
@@ -338,7 +340,7 @@ def create(
                         yield Delete(extra.path, extra.session)
             children = None
             if listing:
-                if listed is None and entry.node.sequence == 0:
+                if listed is None and sequence and entry.node.sequence == 0:
                     children = []  # the parent's first child ever (its counter was 0): nobody is ahead
                 elif listed is None or isinstance(listed, _RELIST):
                     try:
@@ -437,17 +439,29 @@ def find_own(parent: str, prefix: str, guid: str, sequence: bool) -> Steps[Optio
 
 # -- the one-node race (ExclusiveLock) ----------------------------------------------------------------
 def race(
-    parent: str, acl: Sequence[ACL], name: str, data: bytes, guid: str, seen: Optional[Callable[[int], None]] = None
+    parent: str,
+    acl: Sequence[ACL],
+    name: str,
+    data: bytes,
+    guid: str,
+    seen: Optional[Callable[[int], None]] = None,
+    fmt: NodeFormat = formats.get(formats.ZKRECIPES, "exclusive"),
 ) -> Steps[Entry]:
     """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes
-    (``seen(1)`` as :func:`acquire`'s: the holder is ahead)."""
+    (``seen(1)`` as :func:`acquire`'s: the holder is ahead). The parent is listed in the same round trip
+    as each create: a node of another recipe there (``fmt.alone``) raises LockError, our node deleted.
+    Of two recipes that create at once, the later create's listing shows the earlier node: never both held."""
     path = f"{parent}/{name}"
     while True:
         try:
-            entry, _ = yield from create(parent, acl, name, data, guid, sequence=False)
-            return entry
+            entry, children = yield from create(parent, acl, name, data, guid, sequence=False, listing=True)
         except NodeExistsError:  # someone holds it
             pass
+        else:
+            granted = yield from _alone(parent, entry, children, fmt)
+            if granted is not None:
+                return granted
+            continue
         try:
             stat = yield Watch(path)
         except SessionExpiredError:
@@ -458,10 +472,30 @@ def race(
             entry_or_none = yield from find_own(parent, name, guid, sequence=False)
             if entry_or_none is not None:
                 yield UNWATCH
-                return entry_or_none
+                granted = yield from _alone(parent, entry_or_none, None, fmt)
+                if granted is not None:
+                    return granted
+                continue
         if seen is not None:
             seen(1)
         yield SLEEP
+
+
+def _alone(parent: str, entry: Entry, children: Optional[List[str]], fmt: NodeFormat) -> Steps[Optional[Entry]]:
+    """``entry`` once the listing taken after its create (``children``, read now if None) shows no node of
+    another recipe; else our node is deleted and LockError raised. None if the parent (so our node) is gone."""
+    try:
+        if children is None:
+            children = yield Read("get_children", parent)
+        fmt.alone(parent, children)
+    except NoNodeError:  # the parent went, so our node went first (its session ended)
+        return None
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield Delete(entry.path, entry.session)
+        raise
+    return entry
 
 
 # -- observing -----------------------------------------------------------------------------------------

@@ -28,10 +28,12 @@ from kazoo.client import KazooClient
 
 from ._engine import Delete, Steps, WaitGate
 from .errors import LockError, LockLost
-from .naming import READ, WRITE, QueueNode, distance
+from .naming import LEASE, READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
 
 Owner = Hashable  # a threading.Thread (never an ident: a new thread may reuse one), or an asyncio task
+# a side's recipe in messages, when the caller does not name its own (a lock's ``_title``)
+TITLES = {WRITE: "FairLock or ReadWriteLock (write side)", READ: "ReadWriteLock (read side)", LEASE: "Semaphore"}
 
 
 def in_doubt(hold: Any, tolerate_suspended: bool) -> Optional[str]:
@@ -107,11 +109,17 @@ class Gate:
 
     # -- decisions (call with ``mutex`` held) --------------------------------------------------------
     def try_enter(
-        self, me: Owner, kind: str, hold_is_good: Callable[[Any], bool], tolerate_suspended: bool = False
+        self,
+        me: Owner,
+        kind: str,
+        hold_is_good: Callable[[Any], bool],
+        tolerate_suspended: bool = False,
+        title: Optional[str] = None,
     ) -> Entered:
         """Decide for ``me`` asking for side ``kind``; records HAVE and QUEUE at once. ``hold_is_good(hold)``
         says whether a local reader may still join the current hold (it is held, not suspended). Re-entry
-        by an owner raises LockLost, recording nothing, if the hold is :func:`in_doubt`."""
+        by an owner raises LockLost, recording nothing, if the hold is :func:`in_doubt`. ``title``: the
+        recipe the caller used, for messages (:data:`TITLES` of ``kind`` if None)."""
         c = self.counts.get(me)
         if kind == WRITE:
             if self.writer == me and c is not None:
@@ -119,7 +127,8 @@ class Gate:
                 c.write += 1
                 return Entered.HAVE
             if c is not None and c.read:
-                raise LockError(f"{self.path}: upgrading a read lock to a write lock would deadlock")
+                raise LockError(f"{self.path}: {title or TITLES[kind]} asked for by a caller that holds "
+                                f"{TITLES[READ]}: upgrading a read lock to a write lock would deadlock")
         else:
             if c is not None:  # reentrant read, or read under our own write lock (downgrade)
                 self._trust(tolerate_suspended)
@@ -158,14 +167,14 @@ class Gate:
             if self.line or self.wakers:
                 self.changed()
 
-    def leave(self, me: Owner, kind: str) -> LeaveResult:
+    def leave(self, me: Owner, kind: str, title: Optional[str] = None) -> LeaveResult:
         """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
-        busy (``last``): the caller deletes the node, then calls :meth:`released`."""
+        busy (``last``): the caller deletes the node, then calls :meth:`released`. LockError naming
+        ``title`` (the recipe the caller used; :data:`TITLES` of ``kind`` if None) if ``me`` holds none."""
         with self.mutex:
             c = self.counts.get(me)
             if c is None or not (c.write if kind == WRITE else c.read):
-                what = {WRITE: "a write lock", READ: "a read lock"}.get(kind, "a lease")
-                raise LockError(f"{self.path}: release of {what} the caller does not hold")
+                raise LockError(f"{self.path}: {title or TITLES[kind]} released by a caller that does not hold it")
             if kind == WRITE:
                 c.write -= 1
                 if not c.write:
@@ -309,7 +318,13 @@ def gate(client: KazooClient, path: str, key: str) -> Gate:
 
 # -- the steps around the gate (both fronts) ------------------------------------------------------------
 def enter(
-    gate: Gate, me: Owner, kind: str, blocking: bool, hold_is_good: Callable[[Any], bool], tolerate_suspended: bool
+    gate: Gate,
+    me: Owner,
+    kind: str,
+    blocking: bool,
+    hold_is_good: Callable[[Any], bool],
+    tolerate_suspended: bool,
+    title: Optional[str] = None,
 ) -> Steps[Optional[Entered]]:
     """Wait for the gate: HAVE, QUEUE, or None on a non-blocking miss (the driver throws in the deadline
     and a cancel); LockLost on re-entry into a hold in doubt (:meth:`Gate.try_enter`)."""
@@ -317,13 +332,13 @@ def enter(
         if gate.hold is None and not gate.busy and not gate.line:  # idle: nobody to join or to wait for
             gate.busy = True
             return Entered.QUEUE
-        got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended)
+        got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended, title)
     if got is not Entered.WAIT or not blocking:
         return None if got is Entered.WAIT else got
     try:
         while True:
             with gate.mutex:
-                got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended)
+                got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended, title)
                 if got is not Entered.WAIT:
                     return got
                 version = gate.line_up(me, kind)

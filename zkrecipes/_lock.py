@@ -43,14 +43,9 @@ Owner = Hashable  # a thread, or an asyncio task
 
 
 def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any. Raises
-    LockError if that is a semaphore's lease (it would never let us in as a lock: a path of its own)."""
-    if not ahead:
-        return None
-    if ahead[-1].kind == naming.LEASE:
-        raise LockError(f"{ahead[-1].name!r} ahead of us is a Semaphore's lease: a lock or election "
-                        "needs a path of its own")
-    return ahead[-1]
+    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any. (Nodes of
+    another recipe never get here: the node format refuses them, :meth:`~zkrecipes.formats.NodeFormat.ahead`.)"""
+    return ahead[-1] if ahead else None
 
 
 def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
@@ -93,6 +88,7 @@ class Participant(NamedInit):
     listeners, and makes and checks holds. A front supplies the ``_told`` hook (below)."""
 
     _recipe = "lock"  # what its node format is for (:data:`zkrecipes.formats.RECIPES`)
+    _title = "FairLock"  # the recipe, as its users call it, in messages
     _owner_word = "thread"  # who owns a hold, in error messages
 
     def __init__(
@@ -273,7 +269,9 @@ class LockCore(Participant):
         elif self._kind == naming.READ:
             yield from self._look_for_writers(gate, me)
         try:
-            entered = yield from _gate.enter(gate, me, self._kind, blocking, _joinable, self.tolerate_suspended)
+            entered = yield from _gate.enter(
+                gate, me, self._kind, blocking, _joinable, self.tolerate_suspended, self._title
+            )
         except (DeadlinePassed, Cancelled):
             return False
         if entered is Entered.HAVE:
@@ -319,12 +317,12 @@ class LockCore(Participant):
         """Release one level of ``me``'s hold at once (LockError if ``me`` holds none); the steps left
         delete our node after the last (see :func:`_gate.finish_leave`)."""
         gate = self._gate_for(me)
-        return _gate.finish_leave(gate, gate.leave(me, self._kind))
+        return _gate.finish_leave(gate, gate.leave(me, self._kind, self._title))
 
     def _check(self, me: Optional[Owner]) -> Steps[None]:
         hold = self._my_hold(me)
         if hold is None:
-            raise LockError(f"{self.path} is not held by the calling {self._owner_word}")
+            raise LockError(f"{self.path}: {self._title} not held by the calling {self._owner_word}")
         yield from self._certain(hold, "hold")
 
     def cancel(self) -> None:
@@ -361,7 +359,7 @@ class LockCore(Participant):
     def _fence_hold(self) -> Hold:
         hold = self._my_hold(self._current_owner())
         if hold is None:
-            raise LockError(f"{self.path} is not held by the calling {self._owner_word}")
+            raise LockError(f"{self.path}: {self._title} not held by the calling {self._owner_word}")
         return hold
 
     @property

@@ -48,7 +48,7 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 EXIT_CODES = f"""exit codes:
   N    lock/elect: the command's own exit status (128+S if it died of signal S)
   {EXIT_FAILED}    demo: a verdict check failed
-  {EXIT_USAGE}    bad usage or input (path, missing command, chroot, ...)
+  {EXIT_USAGE}    bad usage or input (path, missing command, chroot, a path another recipe uses, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
   {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
   {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership fell in doubt while the command ran

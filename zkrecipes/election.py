@@ -40,6 +40,7 @@ class ElectionCore(Participant):
     properties read the current term's hold."""
 
     _recipe = "election"
+    _title = "LeaderElection"
 
     def _setup(self) -> None:
         self._lock = threading.Lock()  # guards _hold and _campaigning

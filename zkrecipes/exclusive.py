@@ -1,4 +1,7 @@
-"""ExclusiveLock: one ephemeral node ``<path>/lock``; losers watch it and race again when it goes."""
+"""ExclusiveLock: one ephemeral node ``<path>/lock``; losers watch it and race again when it goes.
+
+The parent is listed with each create (one round trip): a node of another recipe on the path refuses the
+lock (:meth:`zkrecipes.formats.NodeFormat.alone`), as the queue recipes refuse ``lock``."""
 
 from __future__ import annotations
 
@@ -6,12 +9,12 @@ from typing import List
 
 from kazoo.exceptions import NoNodeError
 
-from . import _engine, naming
+from . import _engine, formats, naming
 from ._engine import Entry, Read, Steps
 from ._lock import Lock, LockCore
 from .naming import Contender
 
-NODE = "lock"
+NODE = formats.EXCLUSIVE_NODE
 
 
 class ExclusiveRecipe(LockCore):
@@ -19,11 +22,12 @@ class ExclusiveRecipe(LockCore):
 
     _gate_key = "exclusive"
     _recipe = "exclusive"  # zkrecipes' own format only
+    _title = "ExclusiveLock"
 
     def _steps(self) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
-        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen)
+        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen, self._format)
 
     def _contenders(self) -> Steps[List[Contender]]:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""

@@ -18,7 +18,10 @@ writer ahead), and so is the order: the sequence suffix as an integer, wrap-awar
 Curator's order (both compare the ten-digit suffix as a string).
 
 A node format never ignores a child it cannot queue with: :meth:`NodeFormat.ahead` raises
-:class:`~zkrecipes.LockError` naming the format it found and the ``protocol=`` to use. Nodes that
+:class:`~zkrecipes.LockError` naming the format it found and the ``protocol=`` to use. Nor does it queue
+with zkrecipes' nodes of another recipe: FairLock, ReadWriteLock and LeaderElection share one queue, a
+Semaphore's leases and ExclusiveLock's ``lock`` node share a path with nothing (:meth:`NodeFormat.ahead`,
+:meth:`NodeFormat.alone`; the error names the path, the node and the recipe that made it). Nodes that
 zkrecipes itself makes in kazoo's format carry a mark in their uuid part (:data:`MARK`), so that
 ``protocol="kazoo"`` and the default format can run side by side while a fleet is switched from one to
 the other (``zkrecipes status`` shows which nodes are kazoo's own).
@@ -46,6 +49,7 @@ RECIPES = ("lock", "rw", "election", "exclusive", "semaphore")  # what get() is 
 MARK = "7a6b726563697065"
 _CURATOR_MARK = "_c_7a6b7265-6369-7065-"
 _OWN_TAGS = ("-W-", "-R-")
+EXCLUSIVE_NODE = "lock"  # ExclusiveLock's one node, ``<path>/lock``: no sequence, so no place in a queue's order
 
 
 class Found(NamedTuple):
@@ -164,11 +168,35 @@ def label(found: Optional[Found]) -> str:
     return found.format
 
 
+_QUEUE_KINDS = frozenset({READ, WRITE})  # FairLock, ReadWriteLock and LeaderElection: one queue
+_TITLES = {"lock": "FairLock", "rw": "ReadWriteLock", "election": "LeaderElection", "exclusive": "ExclusiveLock",
+           "semaphore": "Semaphore"}  # the recipe a node format is for, as its users call it
+
+
+def maker(name: str) -> Optional[str]:
+    """Which recipe made the child ``name``, for messages (``"a Semaphore (max_leases 2)"``, ``"an
+    ExclusiveLock"``, ``"kazoo ReadLock (kazoo format)"``), or None if no recipe of zkrecipes, kazoo or
+    Curator did."""
+    if name == EXCLUSIVE_NODE:
+        return "an ExclusiveLock"
+    found = identify(name)
+    if found is None:
+        return None
+    if found.format != ZKRECIPES:
+        return f"{found.what} ({found.format} format)"
+    if found.node.kind == naming.LEASE:
+        return f"a Semaphore (max_leases {found.node.leases})"
+    if found.node.kind == READ:
+        return "a ReadWriteLock (read side)"
+    return "a FairLock, ReadWriteLock (write side) or LeaderElection"
+
+
 class NodeFormat:
     """One node format for one kind of recipe: names, data, and the children it queues with.
 
-    ``recipe`` is ``"lock"`` (FairLock), ``"rw"`` (ReadWriteLock's two sides) or ``"election"``; it matters
-    only for Curator, whose mutex, read/write lock and leader latch use different names.
+    ``recipe`` is one of :data:`RECIPES`: ``"lock"`` (FairLock), ``"rw"`` (ReadWriteLock's two sides),
+    ``"election"``, ``"exclusive"`` or ``"semaphore"``. It says which kinds of zkrecipes node we queue with
+    (:attr:`kinds`) and, for Curator, which names (its mutex, read/write lock and leader latch differ).
     """
 
     def __init__(self, name: str, recipe: str) -> None:
@@ -183,6 +211,9 @@ class NodeFormat:
         # kazoo makes a missing parent once per lock object (ensure_path) and never again: a container
         # parent, reaped while the queue is empty, would fail its next create. Curator makes containers.
         self.containers = name != KAZOO
+        # the kinds of node we queue with: a lease only with leases, ExclusiveLock's node with none
+        self.kinds = {"semaphore": frozenset({naming.LEASE}), "exclusive": frozenset()}.get(recipe, _QUEUE_KINDS)
+        self._fast = name == ZKRECIPES and READ in self.kinds  # -W-/-R- names need no parse (see ahead)
 
     def __repr__(self) -> str:
         return f"<NodeFormat {self.name} ({self.recipe})>"
@@ -242,11 +273,19 @@ class NodeFormat:
             return found.node
         return None
 
-    def ahead(self, parent: str, children: Sequence[str], mine: int) -> Tuple[List[QueueNode], bool]:
+    def ahead(
+        self, parent: str, children: Sequence[str], mine: int, fresh: bool = False
+    ) -> Tuple[List[QueueNode], bool]:
         """``(nodes ahead of sequence mine in queue order, whether mine is listed)``; raises LockError
-        for any child this node format cannot queue with, ahead of us or behind."""
-        names, seen, distance = [], False, naming.distance
-        fast = self.name == ZKRECIPES
+        for any child this node format cannot queue with, ahead of us or behind, and for a node of
+        another zkrecipes recipe ahead of us (:meth:`conflict`).
+
+        A zkrecipes node of another recipe *behind* us is let be: it was created after ours, so the
+        listing its own create came with showed ours, and it refuses itself. ExclusiveLock's ``lock``
+        node has no sequence: only a ``fresh`` listing (the one pipelined with our create) may show one
+        older than ours; one that a later listing shows was created after ours, and refuses itself."""
+        names, seen, distance, kinds = [], False, naming.distance, self.kinds
+        fast = self._fast
         for name in children:
             tail = name[-10:]
             if fast and name[-13:-10] in _OWN_TAGS and tail.isdigit() and tail.isascii():
@@ -254,14 +293,29 @@ class NodeFormat:
             else:
                 node = self.parse(name)
                 if node is None:
-                    raise self.refusal(parent, name)
+                    if name != EXCLUSIVE_NODE:
+                        raise self.refusal(parent, name)
+                    if fresh:
+                        raise self.conflict(parent, name)
+                    continue
                 seq = node.sequence
+                if node.kind not in kinds and distance(seq, mine) < 0:
+                    raise self.conflict(parent, name)
             d = distance(seq, mine)
             if d < 0:
                 names.append(name)
             elif d == 0:
                 seen = True
         return (self.sort(names) if names else []), seen
+
+    def alone(self, parent: str, children: Sequence[str]) -> None:
+        """ExclusiveLock's check of the listing pipelined with its create of ``<parent>/lock``: raise
+        LockError for a node that any recipe of zkrecipes, kazoo or Curator made (``lock`` has no place
+        in their order, so any of them may be older than ours). Other children are not lock nodes: let be."""
+        for name in children:
+            found = identify(name) if name != EXCLUSIVE_NODE else None
+            if found is not None:
+                raise self.conflict(parent, name) if found.format == ZKRECIPES else self.refusal(parent, name)
 
     def sort(self, children: Sequence[str]) -> List[QueueNode]:
         """The children this node format queues with, in wrap-aware order (others dropped: for observers)."""
@@ -271,6 +325,16 @@ class NodeFormat:
             nodes.sort(key=lambda n: naming.distance(n.sequence, ref))
         return nodes
 
+    def conflict(self, parent: str, name: str) -> LockError:
+        """The error for a zkrecipes node of another recipe: the path, the node, the recipe that made it."""
+        ours = _TITLES.get(self.recipe, self.recipe)
+        article = "an" if ours[0] in "AEIOU" else "a"
+        return LockError(
+            f"{parent}: {article} {ours} cannot share this path: child {name!r} is a node of {maker(name)}. "
+            "Only FairLock, ReadWriteLock and LeaderElection may share a path; give every other recipe a path "
+            "of its own. Our node was deleted."
+        )
+
     def refusal(self, parent: str, name: str) -> LockError:
         """The error for a child we cannot queue with: the format found and the ``protocol=`` to use."""
         found = identify(name)
@@ -278,7 +342,7 @@ class NodeFormat:
             what = "not a lock node of zkrecipes, kazoo or Curator"
             fix = "keep other nodes out of lock paths, or give this lock a path of its own"
         elif found.format == ZKRECIPES:
-            what = "a zkrecipes node (protocol='zkrecipes')"
+            what = f"a zkrecipes node of {maker(name)} (protocol='zkrecipes')"
             fix = "use the same protocol= in every zkrecipes process of this path"
         else:
             marker = next(m[0] for m in _MARKERS if m[4] == found.what)
@@ -310,7 +374,7 @@ def get(name: object, recipe: str) -> NodeFormat:
         raise ValueError(f"{only} supports protocol 'zkrecipes' only, got protocol={name!r} (kazoo's and "
                          f"Curator's {recipe} nodes would not see ours: two {recipe}s that ignore each other)"
                          + ("; use FairLock(..., protocol=...)" if recipe == "exclusive" else ""))
-    return _get(name, "lock" if recipe == "semaphore" else recipe)
+    return _get(name, recipe)
 
 
 _ONLY_ZKRECIPES = {"exclusive": "ExclusiveLock", "semaphore": "Semaphore"}  # recipes with no foreign format

@@ -20,7 +20,8 @@ W = TypeVar("W", bound=LockCore)
 
 def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
     """Wait-rule of readers: blocked by the nearest node ahead that is not a reader (``W``, or a node of
-    another recipe, a semaphore's lease included: never overtaken), if any."""
+    another format's kind: never overtaken), if any. A semaphore's lease never gets here: the node
+    format refuses it (:meth:`~zkrecipes.formats.NodeFormat.ahead`)."""
     for node in reversed(ahead):
         if node.kind != naming.READ:
             return node
@@ -32,6 +33,7 @@ class ReadRecipe(LockCore):
 
     _kind = naming.READ
     _recipe = "rw"
+    _title = "ReadWriteLock (read side)"
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
         return nearest_writer(ahead, me)
@@ -41,6 +43,7 @@ class WriteRecipe(LockCore):
     """The write side's declarations (the predecessor rule, as FairLock), for both fronts."""
 
     _recipe = "rw"
+    _title = "ReadWriteLock (write side)"
 
 
 class ReadLock(ReadRecipe, FairLock):

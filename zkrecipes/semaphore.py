@@ -34,6 +34,7 @@ class SemaphoreRecipe(LockCore):
 
     _recipe = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
     _kind = naming.LEASE
+    _title = "Semaphore"
 
     def __init__(
         self,
@@ -72,10 +73,7 @@ class SemaphoreRecipe(LockCore):
             g.wake_all()
 
     def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Blockers:
-        for node in ahead:
-            if node.kind != naming.LEASE:
-                raise LockError(f"{self.path} holds {node.name!r}, a node of another recipe: a semaphore "
-                                "needs a path of its own")
+        # (the node format has refused nodes of another recipe: only leases are ahead)
         if ahead and ahead[0].leases != me.leases:
             raise LockError(f"{self.path}: max_leases {me.leases} disagrees with the holders' "
                             f"{ahead[0].leases} (node {ahead[0].name})")
@@ -85,7 +83,7 @@ class SemaphoreRecipe(LockCore):
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, seen=self._seen)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format, seen=self._seen)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         self._acquiring.add(me)

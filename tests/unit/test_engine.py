@@ -7,9 +7,11 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from zkrecipes import _engine as p
+from zkrecipes import formats
 from zkrecipes._lock import predecessor
 
 SID = 0x1234
+SEMAPHORE = formats.get(formats.ZKRECIPES, "semaphore")  # the node format a Semaphore queues with
 
 
 def stat(czxid: int = 7, owner: int = SID) -> ZnodeStat:
@@ -100,7 +102,7 @@ def lease(seq: int, n: int = 2) -> str:
 def new_sem(n: int = 2):
     from zkrecipes.semaphore import nearest_leases
 
-    return p.acquire("/s", [], f"h-S{n}-", b"{}", "guid", nearest_leases)
+    return p.acquire("/s", [], f"h-S{n}-", b"{}", "guid", nearest_leases, fmt=SEMAPHORE)
 
 
 def test_a_lease_watches_its_n_nearest_and_reads_only_when_unwatched_nodes_remain_ahead():
@@ -167,7 +169,7 @@ def test_a_rule_that_raises_deletes_our_node_first():
     def refuse(ahead, me):
         raise LockError("mismatch")
 
-    gen = p.acquire("/s", [], "h-S3-", b"{}", "guid", refuse)
+    gen = p.acquire("/s", [], "h-S3-", b"{}", "guid", refuse, fmt=SEMAPHORE)
     start(gen)
     assert created(gen, (("/s/" + lease(5, 3), stat()), [lease(4, 2), lease(5, 3)])) == p.Delete(
         "/s/" + lease(5, 3), SID)
@@ -240,3 +242,82 @@ def test_a_parent_gone_when_listing_after_the_create_means_our_node_went_too():
     assert created(gen, (("/p/h-W-0000000003", stat()), ConnectionLoss())) == p.Read("get_children", "/p")
     op = gen.throw(NoNodeError())
     assert isinstance(op, p.CreateAndList)  # the node went with its parent: create again, no delete
+
+
+# -- recipes that share a path (issue 37) ---------------------------------------------------------------
+def race():
+    return p.race("/x", [], "lock", b"{}", "guid", None, formats.get(formats.ZKRECIPES, "exclusive"))
+
+
+def test_the_exclusive_race_lists_in_the_same_round_trip_and_is_granted_alone():
+    gen = race()
+    op = start(gen)
+    assert isinstance(op, p.CreateAndList) and op.parent == "/x" and op.flags == 1  # ephemeral, listed with it
+    with pytest.raises(StopIteration) as done:  # nothing more: the uncontended acquire stays one round trip
+        created(gen, (("/x/lock", stat()), ["lock"]))
+    assert done.value.value.path == "/x/lock"
+
+
+@pytest.mark.parametrize("other", ["h-S2-0000000000", "h-W-0000000000", "h-R-0000000000"])
+def test_the_exclusive_race_refuses_a_node_of_another_recipe_and_deletes_its_own(other):
+    from zkrecipes.errors import LockError
+
+    gen = race()
+    start(gen)
+    assert created(gen, (("/x/lock", stat()), ["lock", other])) == p.Delete("/x/lock", SID)
+    with pytest.raises(LockError, match=f"/x: an ExclusiveLock cannot share this path: child '{other}'"):
+        gen.send(True)
+
+
+def test_a_new_key_still_lists_with_the_exclusive_create():
+    # a sequential first child proves nobody is there; ``lock`` does not: its create keeps its listing
+    gen = race()
+    start(gen)
+    assert created(gen, (NoNodeError(), NoNodeError())) == p.CreateParent("/x", [], True)
+    op = gen.send("/x")
+    assert isinstance(op, p.CreateAndList) and op.parent == "/x"
+    assert created(gen, (("/x/lock", stat()), ["h-S1-0000000000", "lock"])) == p.Delete("/x/lock", SID)
+
+
+def test_a_lost_create_reply_found_again_is_checked_against_a_listing_too():
+    from kazoo.exceptions import NodeExistsError
+
+    from zkrecipes.errors import LockError
+
+    gen = race()
+    start(gen)
+    # the retried create met our own node: found by its owner and guid, then the parent is listed
+    assert created(gen, (NodeExistsError(), ["lock"])) == p.Watch("/x/lock")
+    assert gen.send(stat()) is p.SESSION
+    assert gen.send(SID) == p.Read("sync", "/x")
+    assert gen.send(None) is p.SESSION
+    assert gen.send(SID) == p.Read("get", "/x/lock")
+    assert gen.send((b'{"guid":"guid"}', stat())) is p.UNWATCH
+    assert gen.send(None) == p.Read("get_children", "/x")
+    assert gen.send(["lock", "h-W-0000000001"]) == p.Delete("/x/lock", SID)
+    with pytest.raises(LockError, match="child 'h-W-0000000001'"):
+        gen.send(True)
+
+
+def test_a_queue_refuses_the_exclusive_node_in_its_first_listing_and_deletes_its_own():
+    from zkrecipes.errors import LockError
+
+    gen = new()
+    start(gen)
+    assert created(gen, (("/p/h-W-0000000003", stat()), ["lock", "h-W-0000000003"])) == p.Delete(
+        "/p/h-W-0000000003", SID)
+    with pytest.raises(LockError, match="/p: a FairLock cannot share this path: child 'lock' is a node of an "
+                                        "ExclusiveLock"):
+        gen.send(True)
+
+
+def test_a_waiter_relisting_is_not_refused_by_a_later_exclusive_node():
+    gen = new()
+    start(gen)
+    listing = ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"]
+    assert created(gen, (("/p/h-W-0000000003", stat()), listing)) == p.Watch("/p/h-W-0000000002")
+    assert gen.send(stat(5)) is p.SLEEP
+    assert gen.send(frozenset({"/p/h-W-0000000002"})) == p.Read("get_children", "/p")
+    # an ExclusiveLock created ``lock`` after our node: it refuses itself; we go on waiting
+    assert gen.send(["h-W-0000000001", "h-W-0000000003", "lock"]) is p.SESSION
+    assert gen.send(SID) == p.Watch("/p/h-W-0000000001")

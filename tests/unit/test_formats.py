@@ -234,3 +234,74 @@ def test_the_old_module_name_still_works_and_warns():
     assert old.Protocol is formats.NodeFormat and old.get is formats.get and old.identify is formats.identify
     found = formats.identify(f"{KAZOO_ID}__lock__0000000003")
     assert found is not None and (found.protocol, found.family) == (found.format, found.recipe) == (KAZOO, "lock")
+
+
+# -- recipes of zkrecipes that share a path (issue 37): refused ahead, let be behind ------------------------
+QUEUE = [("lock", "FairLock"), ("rw", "ReadWriteLock"), ("election", "LeaderElection")]
+
+
+@pytest.mark.parametrize("fmt", [ZKRECIPES, KAZOO])
+@pytest.mark.parametrize("recipe,title", QUEUE)
+def test_a_queue_refuses_a_semaphores_lease_anywhere_ahead_naming_path_node_and_recipe(recipe, title, fmt):
+    nf = get(fmt, recipe)
+    # not only the node just ahead: a lease further ahead, behind a writer, is refused too
+    with pytest.raises(LockError) as err:
+        nf.ahead("/jobs/x", ["vm-S2-0000000001", "h-W-0000000002", "h-R-0000000003"], 3)
+    msg = str(err.value)
+    assert msg.startswith(f"/jobs/x: a {title} cannot share this path: child 'vm-S2-0000000001' is a node of a "
+                          "Semaphore (max_leases 2).") and "Our node was deleted." in msg
+    # a lease behind ours was created after it: its own listing shows ours, and it refuses itself
+    ahead, seen = nf.ahead("/jobs/x", ["h-W-0000000001", "h-R-0000000002", "vm-S2-0000000003"], 2)
+    assert seen and [n.name for n in ahead] == ["h-W-0000000001"]
+
+
+def test_a_semaphore_refuses_queue_nodes_ahead_and_lets_those_behind_be():
+    nf = get(ZKRECIPES, "semaphore")
+    for name, who in (("h-W-0000000001", "a FairLock, ReadWriteLock (write side) or LeaderElection"),
+                      ("h-R-0000000001", "a ReadWriteLock (read side)")):
+        with pytest.raises(LockError) as err:
+            nf.ahead("/s", [name, "vm-S2-0000000002", "vm-S2-0000000003"], 3)
+        assert str(err.value).startswith(f"/s: a Semaphore cannot share this path: child {name!r} is a node of {who}.")
+    ahead, seen = nf.ahead("/s", ["vm-S2-0000000001", "vm-S2-0000000002", "h-W-0000000003", "h-R-0000000004"], 2)
+    assert seen and [(n.name, n.leases) for n in ahead] == [("vm-S2-0000000001", 2)]
+    with pytest.raises(LockError, match="kazoo Lock"):  # another library's node: refused behind us too
+        nf.ahead("/s", ["vm-S2-0000000001", f"{KAZOO_ID}__lock__0000000002"], 1)
+
+
+@pytest.mark.parametrize("recipe", ["lock", "rw", "election", "semaphore"])
+def test_the_exclusive_lock_node_is_refused_in_the_listing_pipelined_with_our_create_only(recipe):
+    nf = get(ZKRECIPES, recipe)
+    mine = "vm-S2-0000000004" if recipe == "semaphore" else "h-W-0000000004"
+    with pytest.raises(LockError) as err:
+        nf.ahead("/x", ["lock", mine], 4, fresh=True)
+    msg = str(err.value)
+    assert msg.startswith("/x: a") and "child 'lock' is a node of an ExclusiveLock." in msg
+    assert "not a lock node" not in msg  # it is ours: named, not called unknown
+    # a ``lock`` a later listing shows was created after our node (the fresh listing had none): its own
+    # listing shows ours and it refuses itself; a waiter is not knocked out by it
+    assert nf.ahead("/x", ["lock", mine], 4) == ([], True)
+
+
+def test_an_exclusive_lock_refuses_every_recipes_node_and_lets_other_children_be():
+    nf = get(ZKRECIPES, "exclusive")
+    nf.alone("/x", ["lock", "config", "0000000001"])  # its own node and children that are no lock's
+    for name, who in (("vm-S3-0000000000", "a Semaphore (max_leases 3)"), ("h-R-0000000001", "a ReadWriteLock"),
+                      ("h-W-0000000002", "a FairLock, ReadWriteLock (write side) or LeaderElection")):
+        with pytest.raises(LockError) as err:
+            nf.alone("/x", ["lock", name])
+        assert str(err.value).startswith(f"/x: an ExclusiveLock cannot share this path: child {name!r} is a node "
+                                         f"of {who}")
+    for name, what in ((f"{KAZOO_ID}__lock__0000000001", "kazoo Lock"), (f"{CURATOR_ID}latch-0000000002",
+                                                                           "Curator LeaderLatch")):
+        with pytest.raises(LockError, match=f"/x: refusing .*{name}.* is a {what}"):
+            nf.alone("/x", ["lock", name])
+
+
+def test_maker_names_the_recipe_of_every_kind_of_node():
+    assert formats.maker("lock") == "an ExclusiveLock"
+    assert formats.maker("h-S7-0000000001") == "a Semaphore (max_leases 7)"
+    assert formats.maker("h-R-0000000001") == "a ReadWriteLock (read side)"
+    assert formats.maker("h-W-0000000001") == "a FairLock, ReadWriteLock (write side) or LeaderElection"
+    curator = formats.maker(f"{CURATOR_ID}__READ__0000000001")
+    assert curator == "Curator InterProcessReadWriteLock (read) (curator format)"
+    assert formats.maker("config") is None

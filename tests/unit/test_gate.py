@@ -116,6 +116,43 @@ def test_upgrade_and_foreign_release_are_refused():
         g.try_enter(1, WRITE, good)
     with pytest.raises(LockError, match="does not hold"):
         g.leave(2, READ)
+    # the recipe the caller used is named, not the gate's side (issue 37: "a write lock" for a FairLock)
+    with g.cond, pytest.raises(LockError, match=r"^/p: FairLock asked for by a caller that holds ReadWriteLock "
+                                                r"\(read side\): upgrading"):
+        g.try_enter(1, WRITE, good, False, "FairLock")
+    with pytest.raises(LockError, match="^/p: FairLock released by a caller that does not hold it$"):
+        g.leave(2, WRITE, "FairLock")
+
+
+@pytest.mark.parametrize("front", ["threaded", "aio"])
+def test_a_caller_that_holds_nothing_is_told_the_recipe_it_used(front):
+    import asyncio
+    import re
+
+    from kazoo.client import KazooClient
+
+    import zkrecipes
+    import zkrecipes.aio
+
+    client = KazooClient(hosts="127.0.0.1:1")  # never started: these refusals need no ZooKeeper
+    m = zkrecipes.aio if front == "aio" else zkrecipes
+    locks = [(m.FairLock(client, "/p"), "FairLock"), (m.ExclusiveLock(client, "/p"), "ExclusiveLock"),
+             (m.ReadWriteLock(client, "/p").read(), "ReadWriteLock (read side)"),
+             (m.ReadWriteLock(client, "/p").write(), "ReadWriteLock (write side)"),
+             (m.Semaphore(client, "/p", 2), "Semaphore")]
+
+    async def in_a_task(call):
+        return call()
+
+    try:
+        for lock, title in locks:
+            with pytest.raises(LockError, match=re.escape(f"/p: {title} released by a caller that does not hold it")):
+                asyncio.run(lock.release()) if front == "aio" else lock.release()
+            owner = "task" if front == "aio" else "thread"
+            with pytest.raises(LockError, match=re.escape(f"/p: {title} not held by the calling {owner}")):
+                asyncio.run(in_a_task(lock.transaction)) if front == "aio" else lock.check()
+    finally:
+        client.close()
 
 
 def test_blocking_enter_misses_without_waiting_and_at_the_deadline():
