@@ -6,6 +6,9 @@
 - a process that exits while a thread (the main thread, a worker) or a task that ended (or whose loop
   was closed under it) still holds, without ``release()`` and without stopping its client, deletes its
   nodes at exit instead of leaving them until the server expires its session (30 s here).
+
+And two hints (item 6): a plain ``with`` on an aio object points to ``async with``; a blocking threaded
+acquire on an event loop's thread warns once per lock object.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
@@ -274,3 +278,47 @@ def test_a_process_that_exits_holding_deletes_its_node(zk_ensemble, zk_namespace
     owner = {"main": "thread 'MainThread'", "worker": "thread 'worker'", "task": "task <Task finished",
              "pending": "task <Task pending"}[who]
     assert f"{path}: released " in err and f"its owner, {owner}" in err, err
+
+
+# -- hints --------------------------------------------------------------------------------------------
+AIO_OBJECTS: Dict[str, Callable[[Any, str], Any]] = {
+    "FairLock": lambda zk, p: aio.FairLock(zk, p),
+    "ExclusiveLock": lambda zk, p: aio.ExclusiveLock(zk, p),
+    "ReadLock": lambda zk, p: aio.ReadWriteLock(zk, p).read(),
+    "WriteLock": lambda zk, p: aio.ReadWriteLock(zk, p).write(),
+    "Semaphore": lambda zk, p: aio.Semaphore(zk, p, 2),
+    "LeaderElection": lambda zk, p: aio.LeaderElection(zk, p),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AIO_OBJECTS))
+def test_a_plain_with_on_an_aio_object_points_to_async_with(zk, name):
+    obj = AIO_OBJECTS[name](zk, "/hint")
+    with pytest.raises(TypeError, match=f"aio.{name} is for asyncio: use 'async with'"):
+        with obj:
+            pytest.fail("entered")
+    assert not zk.exists("/hint")  # refused before any request
+
+
+def test_a_blocking_threaded_acquire_in_a_running_loop_warns_once_per_lock(zk):
+    first, second = zkrecipes.FairLock(zk, "/in-loop"), zkrecipes.FairLock(zk, "/in-loop-2")
+
+    async def main() -> None:
+        for _ in range(3):
+            with first:
+                pass
+        assert first.acquire(blocking=False)  # cannot block: no warning needed
+        first.release()
+        second.acquire()
+        second.release()
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # count our once-per-lock, not the warnings registry's once-per-line
+        asyncio.run(main())
+        first.acquire()  # no loop runs on this thread now
+        first.release()
+    ours = [w for w in caught if issubclass(w.category, RuntimeWarning) and "event loop" in str(w.message)]
+    assert len(ours) == 2, [str(w.message) for w in ours]
+    assert "'/in-loop'" in str(ours[0].message) and "'/in-loop-2'" in str(ours[1].message)
+    assert all("zkrecipes.aio.FairLock" in str(w.message) for w in ours)
+    assert ours[0].filename == __file__  # points at the caller's ``with``, not into zkrecipes

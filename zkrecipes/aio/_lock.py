@@ -9,6 +9,7 @@ import logging
 import threading
 import weakref
 from typing import (
+    TYPE_CHECKING,
     Any,
     AsyncIterator,
     Awaitable,
@@ -16,6 +17,7 @@ from typing import (
     Coroutine,
     Generator,
     List,
+    NoReturn,
     Optional,
 )
 
@@ -106,6 +108,14 @@ class AioFront(Participant):
     def _current_owner(self) -> "Optional[asyncio.Task[Any]]":
         task = _caller()
         return None if task is None else owner_of(task)
+
+    if not TYPE_CHECKING:  # (hidden from type checkers: they flag a plain ``with`` on their own)
+        def __enter__(self) -> NoReturn:
+            raise TypeError(f"aio.{type(self).__name__} is for asyncio: use 'async with' in a coroutine, not "
+                            f"'with' (zkrecipes.{type(self).__name__} is the threaded one)")
+
+        def __exit__(self, *exc: object) -> None:  # never reached: __enter__ raises
+            pass
 
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()
