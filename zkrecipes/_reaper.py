@@ -11,7 +11,8 @@ with the threaded driver, so the release needs no event loop (the task's may be 
 
 At interpreter exit (after the non-daemon threads have ended, before finalisation) what ended owners
 still hold -- the main thread's holds included -- is released, waiting at most :data:`EXIT_WAIT`
-seconds: the socket would otherwise close without a closeSession and the nodes stay until the session
+seconds (where no thread may start at exit, Python >= 3.12: on the exiting thread, connected clients
+only): the socket would otherwise close without a closeSession and the nodes stay until the session
 expires. A daemon thread still running then keeps its hold (it may be inside its critical section):
 warned, its node goes with the session.
 """
@@ -135,18 +136,18 @@ def release(job: Job) -> None:
         logger.warning("%s: released %s: its owner, %s, ended without releasing it", gate.path, hold.node, owner)
 
 
-def reap(gate: Gate) -> None:
-    """Release every hold on ``gate`` whose owner is a thread that has ended (no request otherwise)."""
+def reap(gate: Gate, do: Callable[[Job], None] = release) -> None:
+    """Release (``do``) every hold on ``gate`` whose owner is a thread that has ended (no request otherwise)."""
     if not gate.counts:
         return
     for owner in gate.ended_threads():
         left = gate.drop(owner)
         if left is not None:  # (None: another thread reaped it meanwhile)
-            release(Job(gate, left, f"thread {owner.name!r}", log))
+            do(Job(gate, left, f"thread {owner.name!r}", log))
 
 
-def reap_ended() -> None:
-    """Release what every ended thread still holds, on any gate; forget the gates live threads left."""
+def reap_ended(do: Callable[[Job], None] = release) -> None:
+    """Release (``do``) what every ended thread still holds, on any gate; forget the gates live threads left."""
     todo: List[Tuple[threading.Thread, List[Gate]]] = []
     with _lock:
         for owner in list(_held):
@@ -167,7 +168,7 @@ def reap_ended() -> None:
                 del _held[owner]
     for _, ended in todo:
         for g in ended:
-            reap(g)
+            reap(g, do)
 
 
 def _do_jobs() -> None:
@@ -203,33 +204,50 @@ def _run() -> None:
 
 def _at_exit() -> None:
     """Release what ended owners hold (the main thread has ended by now), waiting :data:`EXIT_WAIT` at most."""
-    worker = threading.Thread(target=_exit_work, name="zkrecipes-exit", daemon=True)
-    worker.start()
-    worker.join(EXIT_WAIT)
-    if worker.is_alive():
-        log.warning("holds of ended owners not all released within %s s at exit: their nodes go with "
-                    "their sessions", EXIT_WAIT)
-
-
-def _exit_work() -> None:
-    with _working:  # after a release under way on the reaper thread
-        for source in list(_exit_sources):
+    if not _working.acquire(timeout=EXIT_WAIT):  # a release under way on the reaper thread goes first
+        log.warning("a release still under way after %s s at exit: the rest goes with the sessions", EXIT_WAIT)
+        return
+    try:
+        jobs = _exit_jobs()
+        if jobs:
             try:
-                jobs = list(source())
-            except Exception:
-                log.exception("listing the holds of ended owners at exit failed")
-                continue
-            with _lock:
-                _jobs.extend(jobs)
-        _do_jobs()
-        _tick()
-        with _lock:
-            alive = [(owner, g) for owner, gates in _held.items() for ref in gates.values()
-                     for g in [ref()] if g is not None and owner in g.counts]
+                worker = threading.Thread(target=_release_all, args=(jobs,), name="zkrecipes-exit", daemon=True)
+                worker.start()
+            except RuntimeError:  # Python >= 3.12 starts no thread at exit: here, connected clients only
+                _release_all([job for job in jobs if _kazoo.session_id(job.left.hold.client) is not None])
+            else:
+                worker.join(EXIT_WAIT)
+                if worker.is_alive():
+                    log.warning("holds of ended owners not all released within %s s at exit: the rest goes "
+                                "with the sessions", EXIT_WAIT)
+    finally:
+        _working.release()
+    with _lock:
+        alive = [(owner, g) for owner, gates in _held.items() for ref in gates.values()
+                 for g in [ref()] if g is not None and owner in g.counts]
     for owner, g in alive:
-        hold = g.hold
         log.warning("%s: %s is still held by daemon thread %r at exit: its node goes when the session ends",
-                    g.path, getattr(hold, "node", None), owner.name)
+                    g.path, getattr(g.hold, "node", None), owner.name)
+
+
+def _exit_jobs() -> List[Job]:
+    """Everything ended owners still hold: handed over, found by the exit sources, and ended threads'."""
+    jobs: List[Job] = []
+    for source in list(_exit_sources):
+        try:
+            jobs.extend(source())
+        except Exception:
+            log.exception("listing the holds of ended owners at exit failed")
+    with _lock:
+        jobs.extend(_jobs)
+        _jobs.clear()
+    reap_ended(jobs.append)
+    return jobs
+
+
+def _release_all(jobs: List[Job]) -> None:
+    for job in jobs:
+        release(job)
 
 
 def _forget(*_: object) -> None:  # a forked child: its inherited holds are the parent's, not its own
