@@ -50,3 +50,10 @@ def misspelt(zk: KazooClient) -> None:
     aio.LeaderElection(zk, "/p", hots="h")  # type: ignore[call-arg]
     zkrecipes.Semaphore(zk, "/p", "2")  # type: ignore[arg-type]
     aio.FairLock(zk, "/p", tolerate_suspended="yes")  # type: ignore[arg-type]
+
+
+def plain_with_on_aio(zk: KazooClient) -> None:
+    """A plain ``with`` on an asyncio object stays a type error (the runtime TypeError's ``__enter__`` is
+    hidden from type checkers)."""
+    with aio.FairLock(zk, "/p"):  # type: ignore[attr-defined]
+        pass

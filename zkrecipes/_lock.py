@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 import threading
 import time
+import warnings
 from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
 
 import tenacity
@@ -431,8 +434,25 @@ class Threaded(Participant):
         return self._run(self._contenders())
 
 
+def _in_event_loop() -> bool:
+    """True on a thread that runs an asyncio event loop now (none can while asyncio is not imported)."""
+    aio = sys.modules.get("asyncio")
+    if aio is None:
+        return False
+    try:
+        aio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+_NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)  # (``with lock.hold()``)
+
+
 class Lock(Threaded, LockCore):
     """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
+
+    _warned_loop = False  # a blocking acquire on an event loop's thread was warned of (once per object)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Acquire the lock; return True once held.
@@ -444,8 +464,13 @@ class Lock(Threaded, LockCore):
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.
         ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
+
+        A blocking call on a thread that runs an asyncio event loop stops the loop until the lock is
+        granted: it warns (``RuntimeWarning``, once per lock object); use :mod:`zkrecipes.aio` there.
         """
         blocking, deadline = acquire_deadline(blocking, timeout)
+        if blocking and not self._warned_loop and _in_event_loop():
+            self._warn_loop()
         me = threading.current_thread()
         self._reap(me)
         self._cancelled = False
@@ -473,6 +498,17 @@ class Lock(Threaded, LockCore):
         me = threading.current_thread()
         self._reap(me)
         self._run(self._check(me))
+
+    def _warn_loop(self) -> None:
+        self._warned_loop = True
+        import inspect  # (once per lock object at most)
+
+        frame, level = inspect.currentframe(), 1  # point the warning at the first caller outside zkrecipes
+        while frame is not None and frame.f_back is not None and frame.f_code.co_filename.startswith(_NOT_CALLERS):
+            frame, level = frame.f_back, level + 1
+        warnings.warn(f"{self!r}: a blocking acquire() on the thread of a running asyncio event loop stops "
+                      f"the loop until the lock is granted; in coroutines use zkrecipes.aio."
+                      f"{type(self).__name__} (await lock.acquire())", RuntimeWarning, stacklevel=level)
 
     def _reap(self, me: threading.Thread) -> None:
         """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""

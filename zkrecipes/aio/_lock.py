@@ -6,10 +6,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 import weakref
-from typing import Any, AsyncIterator, Awaitable, Coroutine, Generator, List, Optional, Set
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Generator,
+    List,
+    NoReturn,
+    Optional,
+)
 
-from .. import _gate
+from .. import _reaper
 from .. import exclusive as _exclusive
 from .. import rwlock as _rwlock
 from .._engine import Steps, T
@@ -27,9 +39,9 @@ log = logging.getLogger("zkrecipes.aio")
 # tasks that run an acquire for the task that called it (asyncio.wait_for on Python <= 3.11 and
 # ensure_future run the coroutine in a task of their own): what they acquire belongs to that caller
 _acting_for: "weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any]]" = weakref.WeakKeyDictionary()
-# the gates whose holds each task is followed on (released when it ends), and those releases still running
+# the gates whose holds each task is followed on (released when it ends)
 _followed: "weakref.WeakKeyDictionary[asyncio.Task[Any], weakref.WeakSet[Gate]]" = weakref.WeakKeyDictionary()
-_releasing: "Set[asyncio.Future[None]]" = set()  # (the loop keeps only a weak reference to a task)
+LOOP_WAIT = 5.0  # seconds a hold released off the loop waits for the loop to tell its listeners
 
 
 def owner_of(task: "asyncio.Task[Any]") -> "asyncio.Task[Any]":
@@ -39,6 +51,41 @@ def owner_of(task: "asyncio.Task[Any]") -> "asyncio.Task[Any]":
 
 def _caller() -> "Optional[asyncio.Task[Any]]":  # the task calling now, or None outside a running loop
     return asyncio.current_task() if _driver.loop_of_thread() is not None else None
+
+
+def _ended_owners() -> List[_reaper.Job]:
+    """At interpreter exit: what tasks that will not run again still hold (ended with their done callback
+    never run, or left pending in a loop that no longer runs)."""
+    jobs = []
+    for task, gates in list(_followed.items()):
+        if task.done() or not task.get_loop().is_running():
+            for gate in list(gates):
+                left = gate.drop(task)
+                if left is not None:
+                    jobs.append(_reaper.Job(gate, left, f"task {task!r}", log))
+    return jobs
+
+
+_reaper.also_at_exit(_ended_owners)
+
+
+def _on_loop_or_here(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` once, from a thread that is not ``loop``'s: on ``loop``'s thread while it runs,
+    else (it stopped or closed first, or stays busy :data:`LOOP_WAIT` s) on the calling thread."""
+    claim, ran = threading.Lock(), threading.Event()
+
+    def once() -> None:
+        if claim.acquire(blocking=False):
+            try:
+                fn(*args)
+            finally:
+                ran.set()
+
+    call_soon(loop, once)
+    for _ in range(int(LOOP_WAIT / 0.05)):
+        if ran.wait(0.05) or not loop.is_running():
+            break
+    once()
 
 
 class _Done:  # the awaitable of steps that finished without a request: awaiting it returns their value
@@ -61,6 +108,14 @@ class AioFront(Participant):
     def _current_owner(self) -> "Optional[asyncio.Task[Any]]":
         task = _caller()
         return None if task is None else owner_of(task)
+
+    if not TYPE_CHECKING:  # (hidden from type checkers: they flag a plain ``with`` on their own)
+        def __enter__(self) -> NoReturn:
+            raise TypeError(f"aio.{type(self).__name__} is for asyncio: use 'async with' in a coroutine, not "
+                            f"'with' (zkrecipes.{type(self).__name__} is the threaded one)")
+
+        def __exit__(self, *exc: object) -> None:  # never reached: __enter__ raises
+            pass
 
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()
@@ -158,18 +213,26 @@ class Lock(AioFront, LockCore):
         gates = _followed.get(me)
         if gates is None:
             gates = _followed[me] = weakref.WeakSet()
+            _reaper.hook_exit()
         if gate not in gates:
             gates.add(gate)
             me.add_done_callback(lambda task: self._owner_ended(task, gate))
 
     def _owner_ended(self, task: "asyncio.Task[Any]", gate: Gate) -> None:
+        """``task`` ended holding on ``gate``: its node is deleted on the reaper thread, with the threaded
+        driver, also when this loop is closing (``asyncio.run`` returning) and never runs again."""
         left = gate.drop(task)
-        if left is None:
-            return
-        log.warning("%s: released: its owner %r ended without releasing it", self.path, task)
-        release = asyncio.ensure_future(self._run(_gate.finish_leave(gate, left)), loop=self._loop)
-        _releasing.add(release)
-        release.add_done_callback(_releasing.discard)
+        if left is not None:
+            _reaper.hand_over(_reaper.Job(gate, left, f"task {task!r}", log))
+
+    def _detach(self, hold: Hold) -> None:
+        """As a lock's: no longer "held", listeners told -- on the loop's thread while the loop runs (a hold
+        of an ended task is released on the reaper thread)."""
+        loop = self._loop
+        if loop is None or _driver.loop_of_thread() is loop or not loop.is_running():
+            super()._detach(hold)
+        else:
+            _on_loop_or_here(loop, super()._detach, hold)
 
     async def __aenter__(self) -> "Lock":
         await self._acquire_or_raise(None)
