@@ -31,6 +31,8 @@ def well_typed(zk: KazooClient) -> None:
     aio.Semaphore(zk, "/p", 3, "id", host="h", acl=OPEN_ACL_UNSAFE, retry=retry, tolerate_suspended=True)
     aio.LeaderElection(zk, "/p", "id", host="h", acl=OPEN_ACL_UNSAFE, retry=retry, tolerate_suspended=True,
                        protocol="kazoo")
+    zkrecipes.MultiLock([zkrecipes.FairLock(zk, "/p"), zkrecipes.Semaphore(zk, "/q", 2)])
+    aio.MultiLock([aio.FairLock(zk, "/p"), aio.ReadWriteLock(zk, "/q").read()])
 
 
 def misspelt(zk: KazooClient) -> None:
@@ -48,6 +50,7 @@ def misspelt(zk: KazooClient) -> None:
     aio.ReadWriteLock(zk, "/p", tolerate_suspend=True)  # type: ignore[call-arg]
     aio.Semaphore(zk, "/p", 2, protocl="zkrecipes")  # type: ignore[call-arg]
     aio.LeaderElection(zk, "/p", hots="h")  # type: ignore[call-arg]
+    zkrecipes.MultiLock(lock=[])  # type: ignore[call-arg]
     zkrecipes.Semaphore(zk, "/p", "2")  # type: ignore[arg-type]
     aio.FairLock(zk, "/p", tolerate_suspended="yes")  # type: ignore[arg-type]
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, List, NoReturn
+from typing import Any, Callable, Iterable, List, NamedTuple, NoReturn, Sequence, Type, TypeVar
 
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import ConnectionClosedError, RolledBackError, RuntimeInconsistency, SessionExpiredError
@@ -14,35 +14,69 @@ from .errors import LockLost, TransactionFailed
 from .session import Hold
 
 
+class Fence(NamedTuple):
+    """One hold a transaction is fenced by: where it is (for messages), the hold, and its lock's check."""
+
+    where: str
+    hold: Hold
+    check: Callable[[Hold, str], Any]
+
+
+F = TypeVar("F", bound="Fenced")
+
+
 class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
     """What a fenced commit does apart from waiting: the checks before sending, the fenced multi, and
     reading its results (shared by :class:`HeldTransaction` and ``zkrecipes.aio``'s, whose commit awaits).
 
     Made by a lock's ``transaction()``: ``client`` and ``path`` are the lock's, ``hold`` the one it is
     fenced by, and ``check(hold, what)`` the lock's own certainty check (raises LockLost; the asyncio
-    one returns an awaitable), run before anything is sent."""
+    one returns an awaitable), run before anything is sent. :meth:`joined` fences one by several holds."""
 
     def __init__(self, client: Any, path: str, hold: Hold, check: Callable[[Hold, str], Any]) -> None:
         super().__init__(client)
-        self._hold = hold
-        self._check = check
-        self._where = f"{path} ({hold.node})"
+        self._fences = [Fence(f"{path} ({hold.node})", hold, check)]
+
+    @classmethod
+    def joined(cls: Type[F], parts: Sequence["Fenced"]) -> F:
+        """One transaction fenced by every hold of ``parts`` (unused transactions of locks on one client,
+        as their ``transaction()`` made them): its multi checks each hold's node, in that order, before
+        your operations, and is sent only in the session that owns the first. ValueError if ``parts`` is
+        empty, on several clients, or already has operations."""
+        if not parts:
+            raise ValueError("joined() needs at least one transaction")
+        client = parts[0].client
+        for part in parts:
+            if part.client is not client:
+                raise ValueError(f"{part._where}: on another client; one multi runs in one session")
+            if part.operations or part.committed:
+                raise ValueError(f"{part._where}: already has operations; join unused transactions")
+        tx = cls(client, "", parts[0]._fences[0].hold, parts[0]._fences[0].check)
+        tx._fences = [fence for part in parts for fence in part._fences]
+        return tx
+
+    @property
+    def _where(self) -> str:
+        return ", ".join(fence.where for fence in self._fences)
 
     def commit_async(self) -> NoReturn:
         """Not offered: the fence's outcome must be read before the results are returned."""
         raise TypeError("a held transaction is committed with commit()")
 
     def _refuse_released(self) -> None:
-        if self._hold.released:
-            raise LockLost(f"{self._where}: released before the transaction was committed")
+        for fence in self._fences:
+            if fence.hold.released:
+                raise LockLost(f"{fence.where}: released before the transaction was committed")
 
     def _send(self) -> AsyncResult:
-        """Send the multi, fence first, once the hold was checked (see :func:`zkrecipes._kazoo.commit_fenced`).
-        A multi the server would refuse for its size raises ValueError, nothing sent (see :func:`check_size`)."""
+        """Send the multi, fences first, once the holds were checked (see
+        :func:`zkrecipes._kazoo.commit_fenced`). A multi the server would refuse for its size raises
+        ValueError, nothing sent (see :func:`check_size`)."""
         _kazoo.refuse_committed(self)
-        check_size(self._where, self.operations, self._hold.node)
+        nodes = [fence.hold.node for fence in self._fences]
+        check_size(self._where, self.operations, *nodes)
         self.committed = True
-        return _kazoo.commit_fenced(self.client, self.operations, self._hold.session, self._hold.node)
+        return _kazoo.commit_fenced(self.client, self.operations, self._fences[0].hold.session, *nodes)
 
     def _results(self, sent: AsyncResult) -> List[Any]:
         """kazoo's results of the user's operations; LockLost if the fence failed, TransactionFailed if
@@ -52,13 +86,14 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
             results = sent.get()
         except (SessionExpiredError, ConnectionClosedError) as exc:  # never applied: the session is over
             raise LockLost(f"{where}: the session ended; transaction not applied") from exc
-        if len(results) != len(self.operations) + 1:
+        n = len(self._fences)
+        if len(results) != len(self.operations) + n:
             raise LockLost(f"{where}: sent in a new session (ours expired); transaction not applied")
-        fence = results[0]  # True, or RolledBackError if it passed and one of the user's ops failed
-        if isinstance(fence, BaseException) and not isinstance(fence, RolledBackError):
-            self._hold.mark_lost()  # our node is gone: whoever deleted it, the hold no longer protects anything
-            raise LockLost(f"{where}: our node is gone; transaction not applied") from fence
-        ours = list(results[1:])
+        for fence, outcome in zip(self._fences, results):  # each True, or undone if another op failed
+            if isinstance(outcome, BaseException) and not isinstance(outcome, _UNDONE):
+                fence.hold.mark_lost()  # our node is gone: whoever deleted it, the hold protects nothing
+                raise LockLost(f"{fence.where}: our node is gone; transaction not applied") from outcome
+        ours = list(results[n:])
         failed = [(i, r) for i, r in enumerate(ours) if isinstance(r, BaseException)]
         if failed:  # the failing operation's own error; the others read RolledBackError or RuntimeInconsistency
             i, error = next(((i, r) for i, r in failed if not isinstance(r, _UNDONE)), failed[0])
@@ -94,19 +129,19 @@ def _field_size(value: Any) -> int:
     return 8 if isinstance(value, int) and not -(2**31) <= value < 2**31 else 4  # int, bool, None: an int
 
 
-def request_size(operations: Iterable[Any], fence_node: str) -> int:
+def request_size(operations: Iterable[Any], *fence_nodes: str) -> int:
     """An upper-bound estimate of a fenced multi's size on the wire: every operation's fields, a header
-    per operation, the fence (a check of ``fence_node``) and the request and packet headers."""
+    per operation, the fences (a check of each of ``fence_nodes``) and the request and packet headers."""
     ops = list(operations)
     body = sum(9 + sum(_field_size(getattr(op, f)) for f in op._fields) for op in ops)
-    fence = 9 + _field_size(fence_node) + 4
-    return 4 + 8 + body + fence + 9
+    fences = sum(9 + _field_size(node) + 4 for node in fence_nodes)
+    return 4 + 8 + body + fences + 9
 
 
-def check_size(where: str, operations: Iterable[Any], fence_node: str) -> None:
+def check_size(where: str, operations: Iterable[Any], *fence_nodes: str) -> None:
     """Raise ValueError naming the size and the limit if ZooKeeper would refuse this multi for its size."""
     ops = list(operations)
-    size = request_size(ops, fence_node)
+    size = request_size(ops, *fence_nodes)
     if size > MAX_REQUEST_BYTES:
         raise ValueError(
             f"{where}: the transaction is {size} bytes ({len(ops)} operations); ZooKeeper refuses requests "

@@ -473,13 +473,13 @@ class _FencedMulti(Transaction):  # type: ignore[misc]  # kazoo's requests are u
         return super().serialize()  # type: ignore[no-any-return]
 
 
-def commit_fenced(client: KazooClient, operations: Sequence[Request], session: int, node: str) -> AsyncResult:
-    """Send ``operations`` (paths already chrooted) as one multi preceded by a check that ``node`` exists,
-    sent only in ``session`` (``_call``; 2.9.0-2.11.0). Its result: kazoo's list, fence first; a list of
-    one failure when the session was not ours."""
-    full = client.chroot + node
-    multi = _FencedMulti([CheckVersion(full, -1)] + list(operations))
-    multi.guard = (client, session, full)
+def commit_fenced(client: KazooClient, operations: Sequence[Request], session: int, *nodes: str) -> AsyncResult:
+    """Send ``operations`` (paths already chrooted) as one multi preceded by a check that each of ``nodes``
+    exists (one or more: a MultiLock's holds), sent only in ``session`` (``_call``; 2.9.0-2.11.0). Its
+    result: kazoo's list, fences first; a list of one failure when the session was not ours."""
+    full = [client.chroot + node for node in nodes]
+    multi = _FencedMulti([CheckVersion(node, -1) for node in full] + list(operations))
+    multi.guard = (client, session, full[0])
     ar = client.handler.async_result()
     client._call(multi, ar)
     return ar

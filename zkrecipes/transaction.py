@@ -31,5 +31,6 @@ class HeldTransaction(Fenced):
     def commit(self) -> List[Any]:
         """Commit while the hold lives: kazoo's results; LockLost or TransactionFailed with nothing applied."""
         self._refuse_released()
-        self._check(self._hold, "hold")  # lost, suspended, unconfirmed: refuse first
+        for fence in self._fences:  # lost, suspended, unconfirmed: refuse first
+            fence.check(fence.hold, "hold")
         return self._results(self._send())

@@ -8,6 +8,7 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 
 from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
+from .multilock import MultiLock
 from .semaphore import Semaphore
 from .transaction import HeldTransaction
 
@@ -16,6 +17,7 @@ __all__ = [
     "FairLock",
     "HeldTransaction",
     "LeaderElection",
+    "MultiLock",
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",

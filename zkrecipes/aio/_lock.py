@@ -297,3 +297,12 @@ class ReadWriteLock(_rwlock.Pair[ReadLock, WriteLock]):
     async def contenders(self) -> List[Contender]:
         """Every reader and writer in queue order."""
         return await self._read.contenders()
+
+
+def act_for(caller: "Optional[asyncio.Task[Any]]") -> None:
+    """What the running task acquires from now on belongs to ``caller``, the task that called an acquire
+    whose coroutine this task runs (asyncio.wait_for on Python <= 3.11, ensure_future), as for a lock's
+    own acquire: used by :class:`zkrecipes.aio.MultiLock`, whose acquire calls several."""
+    runner = asyncio.current_task()
+    if caller is not None and runner is not None and caller is not runner:
+        _acting_for[runner] = _acting_for.get(caller, caller)

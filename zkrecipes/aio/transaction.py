@@ -26,7 +26,8 @@ class HeldTransaction(Fenced):
     async def commit(self) -> List[Any]:
         """Commit while the hold lives: kazoo's results; LockLost or TransactionFailed with nothing applied."""
         self._refuse_released()
-        await self._check(self._hold, "hold")  # refuse before sending, as the threaded commit
+        for fence in self._fences:  # refuse before sending, as the threaded commit
+            await fence.check(fence.hold, "hold")
         sent = self._send()
         if not sent.ready():
             await _driver.bridge(asyncio.get_running_loop(), sent)

@@ -1,0 +1,94 @@
+"""aio.MultiLock: :class:`zkrecipes.MultiLock`'s logic (:mod:`zkrecipes._multilock`) with each call awaited."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, AsyncIterator, Coroutine, Iterable, Optional
+
+from .._multilock import MultiCore, Run
+from ..naming import validate_timeout
+from ._lock import Lock, act_for
+from .transaction import HeldTransaction
+
+
+async def _drive(run: Run) -> Any:
+    """Await each call of ``run`` on the calling task; the steps' value."""
+    while run.call is not None:
+        with run:
+            run.reply(await run.call())
+    return run.value
+
+
+def _calling_task() -> "Optional[asyncio.Task[Any]]":
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop: the locks' acquire says what is wrong
+        return None
+
+
+class MultiLock(MultiCore):
+    """:class:`zkrecipes.MultiLock` for asyncio: ``async with aio.MultiLock([a, b]):``.
+
+    The same order (by path, the client's chroot included: :attr:`locks`), all-or-none acquire within
+    one deadline, release in reverse, :meth:`check`, :attr:`tokens` and fenced :meth:`transaction`, over
+    :mod:`zkrecipes.aio` locks of any recipe, paths and clients (a threaded lock is a TypeError). The
+    holds are the locks' own, owned by the task that called :meth:`acquire` (also when
+    ``asyncio.wait_for`` runs it in a task of its own), as each lock's ``acquire`` gives it.
+
+    Cancelling the acquiring task: the lock being acquired deletes its node, the ones taken are released
+    in reverse, then CancelledError is raised. (A second cancel during that release leaves the rest to
+    the locks' own rule: what a task holds when it ends is released.)
+    """
+
+    _front = Lock
+    _front_name = "asyncio"
+    _other_name = "threaded zkrecipes"
+
+    def __init__(self, locks: Iterable[Lock]) -> None:
+        super().__init__(locks)
+
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
+        """Take every lock, in order, within one deadline: True once all are held (await it). False on a
+        miss or the deadline, with what was taken released in reverse; see :meth:`zkrecipes.MultiLock.acquire`."""
+        return self._acquire_for(_calling_task(), blocking, timeout)  # the caller owns what it takes
+
+    async def _acquire_for(self, caller: "Optional[asyncio.Task[Any]]", blocking: bool,
+                           timeout: Optional[float]) -> bool:
+        act_for(caller)
+        return bool(await _drive(Run(self._acquiring(blocking, timeout))))
+
+    async def release(self) -> None:
+        """Release every lock, in reverse order; every lock even if one raises (the first error is
+        raised after the last)."""
+        await _drive(Run(self._releasing()))
+
+    async def check(self) -> None:
+        """Raise :class:`~zkrecipes.LockLost` naming the first lock, in order, whose hold is not certain
+        (each lock's ``check()`` awaited); LockError if the calling task does not hold one."""
+        await _drive(Run(self._checking()))
+
+    def transaction(self) -> HeldTransaction:
+        """A transaction fenced by every hold (``await tx.commit()``, :class:`zkrecipes.aio.HeldTransaction`);
+        locks on one client only, see :meth:`zkrecipes.MultiLock.transaction`."""
+        return HeldTransaction.joined(self._fences())
+
+    async def __aenter__(self) -> "MultiLock":
+        if not await self.acquire():
+            raise self._timed_out(None)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, timeout: Optional[float] = None) -> AsyncIterator["MultiLock"]:
+        """``async with multi.hold(timeout=5):`` -- raises :class:`~zkrecipes.LockTimeout` when not all
+        locks are held within ``timeout`` (none is then held)."""
+        seconds = validate_timeout(timeout)
+        if not await self.acquire(timeout=seconds):
+            raise self._timed_out(seconds)
+        try:
+            yield self
+        finally:
+            await self.release()

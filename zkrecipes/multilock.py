@@ -1,0 +1,91 @@
+"""MultiLock: several locks taken as one -- all or none, in one global order, released in reverse."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterable, Iterator, Optional
+
+from . import naming
+from ._lock import Lock
+from ._multilock import MultiCore, Run
+from .transaction import HeldTransaction
+
+
+class MultiLock(MultiCore):
+    """Several locks as one (Curator's ``InterProcessMultiLock``): ``with MultiLock([a, b]):``.
+
+    ``locks`` are threaded zkrecipes locks of any recipe -- :class:`~zkrecipes.FairLock`,
+    :class:`~zkrecipes.ExclusiveLock`, a :class:`~zkrecipes.ReadWriteLock`'s ``read()`` or ``write()``
+    side, a :class:`~zkrecipes.Semaphore` -- on any paths and clients. They are taken in one global order,
+    whatever order the list gives: by path as the server sees it (the client's chroot included), kept
+    in :attr:`locks`. Two MultiLocks (in any processes) over the same paths therefore never wait for
+    each other in a cycle. At most one lock per path: a read and a write side of one path, or two
+    clients' locks on one path, would wait for each other.
+
+    The holds are the locks' own: each is owned by the thread that called :meth:`acquire`, as that
+    lock's ``acquire`` gives it (reentrant per thread; :meth:`release` from another thread raises
+    :class:`~zkrecipes.LockError`), and each lock still answers for itself (``is_held``, ``token``,
+    listeners, ``lost``). The MultiLock keeps no state of its own.
+
+    Bad input raises before any request: TypeError naming the value for anything that is not a threaded
+    lock (a :mod:`zkrecipes.aio` lock: use :class:`zkrecipes.aio.MultiLock`; a ReadWriteLock: pass a
+    side), ValueError for an empty list, a lock given twice, or two locks on one path.
+    """
+
+    _front = Lock
+    _front_name = "threaded"
+    _other_name = "zkrecipes.aio"
+
+    def __init__(self, locks: Iterable[Lock]) -> None:
+        super().__init__(locks)
+
+    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
+        """Take every lock, in order, within one deadline: True once all are held.
+
+        Each lock's own ``acquire`` is called with what is left of ``timeout`` (``blocking=False`` or
+        ``timeout=0``: one attempt each, no waiting). All or none: on the first miss, when the deadline
+        passes, or on any exception (KeyboardInterrupt included) the locks already taken are released
+        in reverse order, and the lock that was being acquired deletes its own node -- nothing is left
+        behind; the miss returns False, the exception is raised.
+        """
+        return bool(Run(self._acquiring(blocking, timeout)).drive())
+
+    def release(self) -> None:
+        """Release every lock, in reverse order (one level each). Every lock is released even if one
+        raises (LockError when the calling thread does not hold it); the first error is then raised."""
+        Run(self._releasing()).drive()
+
+    def check(self) -> None:
+        """Return if every hold is certain; else raise :class:`~zkrecipes.LockLost` (LockError if not
+        held by the calling thread) naming the first lock, in order, whose hold is not (see
+        :meth:`zkrecipes.FairLock.check`)."""
+        Run(self._checking()).drive()
+
+    def transaction(self) -> HeldTransaction:
+        """A kazoo transaction fenced by every hold: its multi checks each lock's node first and commits
+        only while all of them live (:class:`~zkrecipes.HeldTransaction`; nothing applied otherwise).
+        Locks on one client only (one multi runs in one session): :class:`~zkrecipes.LockError` when they
+        are on several, or as :meth:`check` when one is not held by the calling thread."""
+        return HeldTransaction.joined(self._fences())
+
+    def __enter__(self) -> "MultiLock":
+        self._acquire_or_raise(None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def hold(self, timeout: Optional[float] = None) -> Iterator["MultiLock"]:
+        """``with multi.hold(timeout=5):`` -- like ``with multi`` but raises :class:`~zkrecipes.LockTimeout`
+        when not all locks are held within ``timeout`` (none is then held)."""
+        self._acquire_or_raise(naming.validate_timeout(timeout))
+        try:
+            yield self
+        finally:
+            self.release()
+
+    def _acquire_or_raise(self, timeout: Optional[float]) -> None:
+        if not self.acquire(timeout=timeout):
+            raise self._timed_out(timeout)
+
