@@ -11,7 +11,7 @@ from .fair import FairLock
 from .multilock import MultiLock
 from .naming import Contender
 from .rwlock import ReadLock, ReadWriteLock, WriteLock
-from .semaphore import Semaphore
+from .semaphore import Lease, Semaphore
 from .transaction import HeldTransaction
 
 __version__ = "0.1.0"
@@ -24,6 +24,7 @@ __all__ = [
     "HeldTransaction",
     "LeaderElection",
     "LeaderWatch",
+    "Lease",
     "LockCancelled",
     "LockError",
     "LockLost",

@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
 
 import tenacity
@@ -42,7 +43,8 @@ IDLE: LockState = "idle"
 WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[[Any, str], None]
-Owner = Hashable  # a thread, or an asyncio task
+Owner = Hashable  # a thread, an asyncio task, or an object-owned lock's ObjectOwner
+OBJECT = "object"  # owner="object": the hold belongs to the lock object (hand-over)
 
 
 def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
@@ -84,6 +86,110 @@ def _confirm(hold: Hold) -> Steps[Optional[Exception]]:
         return exc
     hold.confirmed(ok, asked)
     return None
+
+
+def _verify(hold: Hold) -> bool:
+    """The hold's node still exists and belongs to its session (the session thread asks)."""
+    stat = hold.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(hold.client))
+    return owns(stat, hold.session)
+
+
+def _cleanup(hold: Hold, policy: Optional[tenacity.Retrying]) -> None:
+    """Delete the node of a hold declared lost while its session lived on, once the session is back
+    (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
+    if _verify(hold):
+        _drive.delete(hold.client, hold.node, hold.session, policy)
+
+
+def validate_owner(owner: object, word: str) -> bool:
+    """``owner=`` checked (before any request): True for ``"object"``, False for the front's own
+    ``word`` (``"thread"`` / ``"task"``) or None (the default, the same)."""
+    if owner is None or owner == word:
+        return False
+    if owner == OBJECT:
+        return True
+    raise ValueError(f"owner must be {word!r} or {OBJECT!r}, got {owner!r}")
+
+
+class ObjectOwner:
+    """The owner of an object-owned lock's holds (``owner="object"``): the gate keys them by it, and the
+    hold and the gate call the lock object through it (:meth:`LockCore._own_by_object`) -- weakly, so a
+    lock object dropped while it holds can be collected; its hold is then released, with a warning
+    (:func:`_orphaned`)."""
+
+    __slots__ = ("ref", "retry", "gate", "acquiring", "__weakref__")
+
+    def __init__(self, obj: "LockCore") -> None:
+        self.ref = weakref.ref(obj)
+        self.retry = obj.retry
+        self.gate: Optional[Gate] = None  # the gate it last held on
+        self.acquiring = False  # an acquire of the object is under way
+
+    def acquire(self, me: "ObjectOwner", blocking: bool) -> Steps[bool]:
+        """The object's ``_acquire``: its recipe's, once at a time; LockError naming the path if the object
+        holds or is acquiring already (not reentrant: no self-deadlock, no level counting)."""
+        obj = self.ref()
+        assert obj is not None  # (its own acquire refers to it)
+        with _claims:
+            if self.acquiring or obj._gate_for(me).owned(me) is not None:
+                raise LockError(f"{obj.path}: this {obj._title} object already holds or is acquiring it "
+                                "(owner='object' is not reentrant: release() it first, from any thread)")
+            self.acquiring = True
+        try:
+            return (yield from type(obj)._acquire(obj, me, blocking))
+        finally:
+            self.acquiring = False
+
+    def release(self, me: "ObjectOwner") -> Steps[None]:
+        """The object's ``_release``: its recipe's; as the object holds no other level, it stops following
+        a hold other owners keep (a shared read)."""
+        obj = self.ref()
+        assert obj is not None  # (its own release refers to it)
+        gate = obj._gate_for(me)
+        left = gate.leave(me, obj._kind, obj._title)
+        if not left.last:
+            with gate.mutex:
+                mine = gate.objects.pop(self, None)
+            if mine is not None:
+                left = left._replace(detach=left.detach + [mine])
+        return _gate.finish_leave(gate, left)
+
+    def track(self, me: object, gate: Gate) -> None:
+        self.gate = gate  # (no reaper: an object never ends; a collected one is released by _orphaned)
+
+    def told(self, hold: Hold, state: str) -> None:
+        obj = self.ref()
+        if obj is not None:
+            type(obj)._told(obj, hold, state)
+
+    def detach(self, hold: Hold) -> None:
+        obj = self.ref()
+        if obj is not None:
+            type(obj)._detach(obj, hold)
+
+    def verify(self, hold: Hold) -> bool:
+        return _verify(hold)
+
+    def cleanup(self, hold: Hold) -> None:
+        _cleanup(hold, self.retry)
+
+    def __repr__(self) -> str:
+        return f"<ObjectOwner of {self.ref()!r}>"
+
+
+_claims = threading.Lock()
+
+
+def _orphaned(owner: ObjectOwner, what: str) -> None:
+    """``owner``'s lock object was collected: release what it held (on the reaper thread, with a warning)."""
+    gate = owner.gate
+    if gate is not None:
+        _reaper.hand_over(lambda: _dropped(gate, owner, what))
+
+
+def _dropped(gate: Gate, owner: ObjectOwner, what: str) -> Optional[_reaper.Job]:
+    left = gate.drop(owner)
+    return None if left is None else _reaper.Job(gate, left, what, log)
 
 
 class Participant(NamedInit):
@@ -145,6 +251,9 @@ class Participant(NamedInit):
     def _report(self, hold: Hold, state: str) -> None:
         raise NotImplementedError
 
+    def _bind(self) -> None:
+        """Before an acquire: tie the object to where its listeners run (the asyncio front: the loop)."""
+
     # -- states and listeners ------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
         """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
@@ -200,15 +309,10 @@ class Participant(NamedInit):
         return hold
 
     def _verify(self, hold: Hold) -> bool:
-        """Our node still exists and belongs to the hold's session (the session thread asks)."""
-        stat = self.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(self.client))
-        return owns(stat, hold.session)
+        return _verify(hold)
 
     def _cleanup(self, hold: Hold) -> None:
-        """Delete the node of a hold declared lost while its session lived on, once the session is back
-        (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
-        if self._verify(hold):
-            _drive.delete(self.client, hold.node, hold.session, self.retry)
+        _cleanup(hold, self.retry)
 
     def _certain(self, hold: Hold, what: str) -> Steps[None]:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
@@ -235,10 +339,49 @@ class LockCore(Participant):
     _gate_prefix = ""  # the asyncio front's tasks get gates of their own, apart from threads
     _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
+    _by_object: Optional[ObjectOwner] = None  # set with owner="object": the owner of this object's holds
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = formats.ZKRECIPES,
+        owner: Optional[str] = None,
+    ) -> None:
+        by_object = validate_owner(owner, self._owner_word)
+        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
+                         tolerate_suspended=tolerate_suspended, protocol=protocol)
+        if by_object:
+            self._own_by_object()
 
     def _setup(self) -> None:
         self._gate: Gate = _gate.gate(self.client, self.path, self._gate_prefix + self._gate_key)
         self._attached: Set[Hold] = set()  # the holds this object reports on
+
+    def _own_by_object(self) -> None:
+        """owner="object": the object's :class:`ObjectOwner` owns its holds for every thread and task. Its
+        ``_acquire`` refuses a second acquire, its ``_release`` detaches the object; the hold's and the
+        gate's callbacks (``_told``, ``_detach``, ``_verify``, ``_cleanup``) go through the owner,
+        so nothing of this process refers to the object strongly while it holds, and following an ended
+        owner (``_track``) becomes remembering the gate: a collected object's hold is released then."""
+        me = self._by_object = ObjectOwner(self)
+        self._owner_word = OBJECT
+        self._acquire = me.acquire  # type: ignore[method-assign,assignment]
+        self._release = me.release  # type: ignore[method-assign,assignment]
+        self._told = me.told  # type: ignore[method-assign]
+        self._detach = me.detach  # type: ignore[method-assign]
+        self._verify = me.verify  # type: ignore[method-assign]
+        self._cleanup = me.cleanup  # type: ignore[method-assign]
+        self._track = me.track  # type: ignore[method-assign]
+        fin = weakref.finalize(self, _orphaned, me, f"{type(self).__name__} {self.path!r} (owner='object', "
+                               "garbage-collected while it held)")
+        fin.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
 
     # -- what a front supplies ---------------------------------------------------------------------
     def _current_owner(self) -> Optional[Owner]:
@@ -294,7 +437,7 @@ class LockCore(Participant):
         except (DeadlinePassed, Cancelled):
             pass
         finally:
-            gate.granted(me, self._kind, hold, self, self._detach)
+            gate.granted(me, self._kind, hold, self._by_object or self, self._detach)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
@@ -334,7 +477,7 @@ class LockCore(Participant):
 
     # -- reporting -----------------------------------------------------------------------------------
     def _attach(self, gate: Gate, hold: Hold) -> None:
-        if not gate.attach(self, self._kind, self._detach):
+        if not gate.attach(self._by_object or self, self._kind, self._detach):
             return
         self._attached.add(hold)
         hold.add_listener(self._told)
@@ -383,14 +526,15 @@ class LockCore(Participant):
         """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
         gate = self._gate_for(self._current_owner())
         hold = gate.hold
-        return hold.token if hold is not None and hold.state != LOST and self in gate.objects else None
+        mine = hold is not None and hold.state != LOST and (self._by_object or self) in gate.objects
+        return hold.token if mine else None
 
     @property
     def node(self) -> Optional[str]:
         """Full path of our node while held, else None."""
         gate = self._gate_for(self._current_owner())
         hold = gate.hold
-        return hold.node if hold is not None and self in gate.objects else None
+        return hold.node if hold is not None and (self._by_object or self) in gate.objects else None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"
@@ -399,8 +543,10 @@ class LockCore(Participant):
 class Threaded(Participant):
     """The threaded front: a hold is owned by a thread; steps run on the calling thread (:class:`Driver`)."""
 
-    def _current_owner(self) -> threading.Thread:
-        return threading.current_thread()
+    _by_object: Optional[ObjectOwner] = None
+
+    def _current_owner(self) -> Owner:
+        return self._by_object or threading.current_thread()
 
     def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         try:  # steps that need no request (a check of a confirmed hold, a re-entry) need no driver
@@ -452,6 +598,8 @@ _NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.
 class Lock(Threaded, LockCore):
     """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
+    __init__ = LockCore.__init__  # (the front's mixin comes first, with the init of every participant)
+
     _warned_loop = False  # a blocking acquire on an event loop's thread was warned of (once per object)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -471,7 +619,7 @@ class Lock(Threaded, LockCore):
         blocking, deadline = acquire_deadline(blocking, timeout)
         if blocking and not self._warned_loop and _in_event_loop():
             self._warn_loop()
-        me = threading.current_thread()
+        me = self._by_object or threading.current_thread()
         self._reap(me)
         self._cancelled = False
         return self._run(self._acquire(me, blocking), deadline, not blocking)
@@ -484,7 +632,7 @@ class Lock(Threaded, LockCore):
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
-        me = threading.current_thread()
+        me = self._by_object or threading.current_thread()
         self._reap(me)
         Driver(self.client, None, never, self.retry).run(self._release(me))  # (not cancellable: no cancel() hook)
 
@@ -495,7 +643,7 @@ class Lock(Threaded, LockCore):
         Cheap (no request) unless the process stood still since the hold was last confirmed: then it
         first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
         ZooKeeper cannot be reached to say so."""
-        me = threading.current_thread()
+        me = self._by_object or threading.current_thread()
         self._reap(me)
         self._run(self._check(me))
 
@@ -510,7 +658,7 @@ class Lock(Threaded, LockCore):
                       f"the loop until the lock is granted; in coroutines use zkrecipes.aio."
                       f"{type(self).__name__} (await lock.acquire())", RuntimeWarning, stacklevel=level)
 
-    def _reap(self, me: threading.Thread) -> None:
+    def _reap(self, me: Owner) -> None:
         """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
         counts = self._gate.counts
         if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended

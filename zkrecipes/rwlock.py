@@ -78,10 +78,11 @@ class Pair(NamedInit, Generic[R, W]):
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
         protocol: str = formats.ZKRECIPES,
+        owner: Optional[str] = None,
     ) -> None:
         def side(cls: Type[Any]) -> Any:
             return cls(client, path, identifier, host=host, acl=acl, retry=retry,
-                       tolerate_suspended=tolerate_suspended, protocol=protocol)
+                       tolerate_suspended=tolerate_suspended, protocol=protocol, owner=owner)
 
         self._read: R = side(self._sides[0])
         self._write: W = side(self._sides[1])

@@ -9,7 +9,7 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
 from .multilock import MultiLock
-from .semaphore import Semaphore
+from .semaphore import Lease, Semaphore
 from .transaction import HeldTransaction
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "FairLock",
     "HeldTransaction",
     "LeaderElection",
+    "Lease",
     "MultiLock",
     "ReadLock",
     "ReadWriteLock",

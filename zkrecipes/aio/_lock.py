@@ -26,7 +26,7 @@ from .. import exclusive as _exclusive
 from .. import rwlock as _rwlock
 from .._engine import Steps, T
 from .._gate import Gate
-from .._lock import LockCore, Participant, acquire_deadline
+from .._lock import LockCore, ObjectOwner, Owner, Participant, acquire_deadline
 from ..errors import LockCancelled, LockError, LockTimeout
 from ..naming import Contender, validate_timeout
 from ..session import Hold
@@ -105,7 +105,11 @@ class AioFront(Participant):
     _new_event = asyncio.Event
     _loop: Optional[asyncio.AbstractEventLoop] = None
 
-    def _current_owner(self) -> "Optional[asyncio.Task[Any]]":
+    _by_object: Optional[ObjectOwner] = None
+
+    def _current_owner(self) -> Optional[Owner]:
+        if self._by_object is not None:
+            return self._by_object
         task = _caller()
         return None if task is None else owner_of(task)
 
@@ -163,6 +167,8 @@ class AioFront(Participant):
 class Lock(AioFront, LockCore):
     """Base of the asyncio locks; see :class:`FairLock` for the documented API."""
 
+    __init__ = LockCore.__init__  # (the front's mixin comes first, with the init of every participant)
+
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
         """Acquire the lock for the calling task; True once held (await it).
 
@@ -186,7 +192,7 @@ class Lock(AioFront, LockCore):
         blocking, deadline = acquire_deadline(blocking, timeout)
         self._bind()
         self._cancelled = False
-        return await self._run(self._acquire(owner_of(runner), blocking), deadline, not blocking)
+        return await self._run(self._acquire(self._by_object or owner_of(runner), blocking), deadline, not blocking)
 
     async def release(self) -> None:
         """Release one level of the calling task's hold; the last release deletes our node.
