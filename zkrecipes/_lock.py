@@ -598,8 +598,6 @@ _NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.
 class Lock(Threaded, LockCore):
     """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
-    __init__ = LockCore.__init__  # (the front's mixin comes first, with the init of every participant)
-
     _warned_loop = False  # a blocking acquire on an event loop's thread was warned of (once per object)
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
@@ -607,7 +605,8 @@ class Lock(Threaded, LockCore):
 
         Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
         called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
-        created is deleted and its watch removed. Reentrant per thread: each acquire needs a release.
+        created is deleted and its watch removed. Reentrant per thread: each acquire needs a release
+        (with ``owner="object"`` the object owns the hold: a second acquire of it raises LockError).
         Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.
@@ -625,9 +624,10 @@ class Lock(Threaded, LockCore):
         return self._run(self._acquire(me, blocking), deadline, not blocking)
 
     def release(self) -> None:
-        """Release one level of this thread's hold; the last release deletes our node.
+        """Release one level of this thread's hold (with ``owner="object"``: the object's hold, from any
+        thread); the last release deletes our node.
 
-        Raises LockError if the calling thread does not hold the lock. After the hold was lost,
+        Raises LockError if the calling thread (the object) does not hold the lock. After the hold was lost,
         release only clears local state: it never deletes a node that may now be someone else's. Without
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).

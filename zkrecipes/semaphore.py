@@ -253,7 +253,9 @@ class Semaphore(SemaphoreRecipe, Lock):
     a thread's leases are reentrant (each acquire needs a release, the last deletes the node). ``token``,
     ``node``, ``is_held``, ``state``, :meth:`check`, :meth:`release` and :meth:`transaction` answer for
     the calling thread's lease; ``lost`` and listeners are the object's, told of every lease it hands
-    out -- give each worker thread its own Semaphore object (cheap) if it needs its own.
+    out -- give each worker thread its own Semaphore object (cheap) if it needs its own. With
+    ``owner="object"`` the object holds one lease that no thread owns; :meth:`acquire_leases` hands out
+    :class:`Lease` objects, several at once.
     """
 
     def _reap(self, me: Owner) -> None:

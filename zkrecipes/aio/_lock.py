@@ -167,8 +167,6 @@ class AioFront(Participant):
 class Lock(AioFront, LockCore):
     """Base of the asyncio locks; see :class:`FairLock` for the documented API."""
 
-    __init__ = LockCore.__init__  # (the front's mixin comes first, with the init of every participant)
-
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
         """Acquire the lock for the calling task; True once held (await it).
 
@@ -272,8 +270,9 @@ class FairLock(Lock):
     The same queue, nodes, guarantees, session-loss states and fencing token as
     :class:`zkrecipes.FairLock`, and interoperable with it across processes; holds are owned by asyncio
     tasks (reentrant per task; ``release()`` from another task raises LockError) and the tasks of one
-    process share one node per path. Listeners are called on the event loop's thread; ``lost`` is an
-    ``asyncio.Event``.
+    process share one node per path. With ``owner="object"`` the hold belongs to the lock object: any
+    task may release it, and a second acquire of the object raises LockError (:doc:`/ownership`).
+    Listeners are called on the event loop's thread; ``lost`` is an ``asyncio.Event``.
     """
 
 
