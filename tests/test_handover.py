@@ -277,3 +277,24 @@ def test_aio_a_cancelled_acquire_leaves_no_node_and_a_collected_object_is_releas
         node = asyncio.run(main())
         wait_until(lambda: zk.exists(node) is None, 10, "the collected object's node deleted")
         wait_until(lambda: any(node in r.getMessage() for r in caplog.records), 5, "a warning naming the node")
+
+
+def test_ctrl_c_while_waiting_leaves_no_node_and_the_object_free(zk, zk_factory, monkeypatch):
+    from zkrecipes._drive import Driver
+
+    holder = FairLock(zk_factory(), "/ctrl-c")
+    assert holder.acquire()
+    lock = FairLock(zk, "/ctrl-c", owner="object")
+
+    def interrupted(self: Any, op: Any) -> Any:  # the wait for the holder's node to go, hit by Ctrl-C
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(Driver, "_sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire(timeout=10)
+    monkeypatch.undo()
+    assert len(children(zk, "/ctrl-c")) == 1 and lock.state == "idle"
+    holder.release()
+    assert lock.acquire(timeout=10)  # not "already acquiring"
+    lock.release()

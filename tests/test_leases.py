@@ -148,3 +148,26 @@ def test_aio_leases(zk, zk_factory):
 
     asyncio.run(main())
     assert children(zk, "/aio-leases") == []
+
+
+def test_ctrl_c_while_waiting_gives_back_the_leases_taken(zk, zk_factory, monkeypatch):
+    from zkrecipes._drive import Driver
+
+    other = Semaphore(zk_factory(), "/ctrl-c", 3)
+    held = other.acquire_leases(2)
+    sem = Semaphore(zk, "/ctrl-c", 3)
+
+    def interrupted(self: Any, op: Any) -> Any:  # the wait for a holder's node to go, hit by Ctrl-C
+        raise KeyboardInterrupt
+        yield
+
+    monkeypatch.setattr(Driver, "_sleep", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        sem.acquire_leases(2, timeout=10)  # one taken, the second waits
+    monkeypatch.undo()
+    assert len(children(zk, "/ctrl-c")) == 2  # the lease taken was given back
+    held[0].release()
+    got = sem.acquire_leases(2, timeout=10)  # nothing stuck
+    assert len(got) == 2
+    for lease in got + held[1:]:
+        lease.release()
