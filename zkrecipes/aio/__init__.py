@@ -8,6 +8,7 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 
 from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
+from .latch import LeaderLatch
 from .multilock import MultiLock
 from .semaphore import Semaphore
 from .transaction import HeldTransaction
@@ -17,6 +18,7 @@ __all__ = [
     "FairLock",
     "HeldTransaction",
     "LeaderElection",
+    "LeaderLatch",
     "MultiLock",
     "ReadLock",
     "ReadWriteLock",
