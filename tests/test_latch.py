@@ -103,30 +103,52 @@ def test_one_of_two_latches_leads_and_close_hands_over(zk, zk_factory):
     nothing_left(zk)
 
 
-def test_expired_leader_is_told_before_the_next_leads_and_campaigns_again(zk, zk_factory):
+def test_expired_leader_is_told_before_the_next_leads_and_campaigns_again(zk, zk_ensemble, zk_factory):
+    """The session expires as it does in production: the server hears nothing for the session timeout (a
+    silent partition). The old leader is told False from its doubt clock before the server can expire the
+    session and grant the next candidate. (expire_session() ends a session at once, with no silence before
+    it: the old leader's and the new leader's notices then race, and nothing could order them.)"""
+    with Partition(zk_ensemble.hosts) as partition:
+        a = LeaderLatch(zk_factory(hosts=partition.hosts, timeout=4.0, connection_retry=FAST_RECONNECT), PATH, "a")
+        b = LeaderLatch(zk_factory(), PATH, "b")
+        told_a, told_b = Told(a), Told(b)
+        a.start()
+        assert a.wait(timeout=15)
+        b.start()
+        assert queue_of(zk, 2) == ["a", "b"]
+        old_session = a.election.client.client_id[0]
+
+        partition.freeze()
+        b_true = told_b.wait_for([True], timeout=20)
+        assert told_a.values == [True, False] and told_a.seen[-1][1] < b_true, "the new leader was told first"
+        assert b.has_leadership and not a.has_leadership
+        partition.heal()
+        # a campaigns again by itself: a new node of its new session, behind b
+        assert queue_of(zk, 2) == ["b", "a"]
+        assert all(zk.exists(f"{PATH}/{n}").ephemeralOwner != old_session for n in children(zk, PATH))
+
+        b.close()
+        assert a.wait(timeout=15) is True and told_a.wait_for([True, False, True])
+        a.close()
+        assert not a._thread.is_alive() and told_a.values == [True, False, True, False]
+    nothing_left(zk)
+
+
+def test_latch_whose_session_is_expired_campaigns_again(zk, zk_factory):
     a = LeaderLatch(zk_factory(timeout=3.0), PATH, "a")
     b = LeaderLatch(zk_factory(), PATH, "b")
-    told_a, told_b = Told(a), Told(b)
+    told_a = Told(a)
     a.start()
     assert a.wait(timeout=15)
     b.start()
     assert queue_of(zk, 2) == ["a", "b"]
-    old_session = a.election.client.client_id[0]
-
     expire_session(a.election.client)
-    a_false = told_a.wait_for([True, False])
-    b_true = told_b.wait_for([True])
-    assert a_false < b_true, "the new leader was told before the old one"
-    assert b.has_leadership and not a.has_leadership
-    # a campaigns again by itself: a new node of its new session, behind b
-    assert queue_of(zk, 2) == ["b", "a"]
-    node = a.election.client.get_children(PATH)
-    assert all(zk.exists(f"{PATH}/{n}").ephemeralOwner != old_session for n in node)
-
+    assert b.wait(timeout=15) is True
+    assert queue_of(zk, 2) == ["b", "a"]  # a new node of a's new session, at the back
+    assert told_a.values[-1] is False and not a.has_leadership
     b.close()
-    assert a.wait(timeout=15) is True and told_a.wait_for([True, False, True])
+    assert a.wait(timeout=15) is True and told_a.values[-1] is True
     a.close()
-    assert not a._thread.is_alive() and told_a.values == [True, False, True, False]
     nothing_left(zk)
 
 
@@ -287,33 +309,44 @@ class AioTold:
         return self.seen[-1][1]
 
 
-def test_aio_latches_hand_over_on_close_and_on_expiry(zk, zk_factory):
-    ca, cb = zk_factory(timeout=3.0), zk_factory()
+def test_aio_latches_hand_over_on_close_and_on_expiry(zk, zk_ensemble, zk_factory):
+    with Partition(zk_ensemble.hosts) as partition:
+        ca = zk_factory(hosts=partition.hosts, timeout=4.0, connection_retry=FAST_RECONNECT)
+        cb, cc = zk_factory(), zk_factory(timeout=3.0)
 
-    async def body() -> None:
-        a, b = aio.LeaderLatch(ca, PATH, "a"), aio.LeaderLatch(cb, PATH, "b")
-        told_a, told_b = AioTold(a), AioTold(b)
-        a.start()
-        assert await a.wait(timeout=15) is True and a.has_leadership
-        b.start()
-        assert await in_thread(queue_of, zk, 2) == ["a", "b"]
-        assert not b.has_leadership and await b.wait(timeout=0.2) is False
-        assert {t for _, _, t in told_a.seen} == {threading.get_ident()}  # on the loop
+        async def body() -> None:
+            a, b = aio.LeaderLatch(ca, PATH, "a"), aio.LeaderLatch(cb, PATH, "b")
+            told_a, told_b = AioTold(a), AioTold(b)
+            a.start()
+            assert await a.wait(timeout=15) is True and a.has_leadership
+            b.start()
+            assert await in_thread(queue_of, zk, 2) == ["a", "b"]
+            assert not b.has_leadership and await b.wait(timeout=0.2) is False
+            assert {t for _, _, t in told_a.seen} == {threading.get_ident()}  # on the loop
 
-        await in_thread(expire_session, ca)
-        a_false = await told_a.wait_for([True, False])
-        b_true = await told_b.wait_for([True])
-        assert a_false < b_true, "the new leader was told before the old one"
-        assert await b.wait(timeout=15) and not a.has_leadership
-        assert await in_thread(queue_of, zk, 2) == ["b", "a"]  # a campaigned again, at the back
+            await in_thread(partition.freeze)  # a silent partition: the server expires a's session
+            b_true = await told_b.wait_for([True], timeout=20)
+            assert [v for v, _, _ in told_a.seen] == [True, False] and told_a.seen[-1][1] < b_true
+            assert not a.has_leadership
+            await in_thread(partition.heal)
+            assert await in_thread(queue_of, zk, 2) == ["b", "a"]  # a campaigned again, at the back
 
-        await b.close()
-        assert b._task.done() and await a.wait(timeout=15) is True
-        await told_a.wait_for([True, False, True])
-        await a.close()
-        assert a._task.done() and told_a.seen[-1][0] is False and await a.wait() is False
+            await b.close()
+            assert b._task.done() and await a.wait(timeout=15) is True
+            await told_a.wait_for([True, False, True])
 
-    arun(body)
+            c = aio.LeaderLatch(cc, PATH, "c")  # a session expired at once (expire_session): c requeues
+            c.start()
+            assert await in_thread(queue_of, zk, 2) == ["a", "c"]
+            await in_thread(expire_session, cc)
+            assert await in_thread(queue_of, zk, 2) == ["a", "c"]
+            await a.close()
+            assert a._task.done() and told_a.seen[-1][0] is False and await a.wait() is False
+            assert await c.wait(timeout=15) is True
+            await c.close()
+            assert c._task.done()
+
+        arun(body)
     nothing_left(zk)
 
 
@@ -323,6 +356,8 @@ def test_aio_close_while_campaigning_leaves_nothing(zk, zk_factory):
 
     async def body() -> None:
         async with aio.LeaderLatch(zk_factory(), PATH, "waiting") as latch:
+            with pytest.raises(ValueError):
+                await latch.wait(timeout=-1)
             assert await in_thread(queue_of, zk, 2) == ["leader", "waiting"]
             waiter = asyncio.ensure_future(latch.wait())
         assert latch._task.done() and await asyncio.wait_for(waiter, 5) is False
