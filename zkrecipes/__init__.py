@@ -10,6 +10,7 @@ from .exclusive import ExclusiveLock
 from .fair import FairLock
 from .multilock import MultiLock
 from .naming import Contender
+from .revoke import break_lock, request_revoke
 from .rwlock import ReadLock, ReadWriteLock, WriteLock
 from .semaphore import Semaphore
 from .transaction import HeldTransaction
@@ -35,4 +36,6 @@ __all__ = [
     "TransactionFailed",
     "WriteLock",
     "__version__",
+    "break_lock",
+    "request_revoke",
 ]

@@ -9,6 +9,7 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
 from .multilock import MultiLock
+from .revoke import break_lock, request_revoke
 from .semaphore import Semaphore
 from .transaction import HeldTransaction
 
@@ -22,4 +23,6 @@ __all__ = [
     "ReadWriteLock",
     "Semaphore",
     "WriteLock",
+    "break_lock",
+    "request_revoke",
 ]
