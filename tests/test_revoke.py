@@ -35,13 +35,15 @@ ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkre
 
 
 def record_requests(client, monkeypatch) -> list:
-    """Names of the requests ``client`` puts on the wire from now on (pings left out)."""
+    """Names of the requests ``client`` puts on the wire from now on (pings left out, and the ``Exists`` a
+    hold confirms itself with after the process stood still: a loaded machine stalls, and that read is
+    the doubt clock's, not what these tests count)."""
     sent: list = []
     conn = client._connection
     real = conn._submit
 
     def submit(request, timeout, xid=None):
-        if type(request).__name__ != "Ping":
+        if type(request).__name__ not in ("Ping", "Exists"):
             sent.append(type(request).__name__)
         return real(request, timeout, xid)
 
