@@ -11,6 +11,7 @@ from .fair import FairLock
 from .latch import LeaderLatch
 from .multilock import MultiLock
 from .naming import Contender
+from .revoke import break_lock, request_revoke
 from .rwlock import ReadLock, ReadWriteLock, WriteLock
 from .semaphore import Semaphore
 from .transaction import HeldTransaction
@@ -37,4 +38,6 @@ __all__ = [
     "TransactionFailed",
     "WriteLock",
     "__version__",
+    "break_lock",
+    "request_revoke",
 ]

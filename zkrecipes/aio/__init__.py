@@ -10,6 +10,7 @@ from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
 from .latch import LeaderLatch
 from .multilock import MultiLock
+from .revoke import break_lock, request_revoke
 from .semaphore import Semaphore
 from .transaction import HeldTransaction
 
@@ -24,4 +25,6 @@ __all__ = [
     "ReadWriteLock",
     "Semaphore",
     "WriteLock",
+    "break_lock",
+    "request_revoke",
 ]
