@@ -26,7 +26,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
-from kazoo.exceptions import ConnectionLoss, KazooException, NoNodeError
+from kazoo.exceptions import ConnectionLoss, KazooException
 from tooz import ToozError, coordination, locking, utils
 from tooz.drivers import zookeeper
 
@@ -36,6 +36,7 @@ from ._lock import Lock, acquire_deadline, predecessor
 from .election import LeaderElection
 from .errors import LockError, LockLost
 from .naming import Contender
+from .revoke import break_lock
 from .rwlock import Pair, ReadLock, WriteLock
 from .session import LOST
 
@@ -82,12 +83,15 @@ class _ReadWrite(Pair[_Read, _Write]):
     _sides = (_Read, _Write)
 
 
-def _break(client: Any, node: str) -> bool:
-    """Delete exactly ``node`` (a holder's; sequence names are never reused). To become
-    ``zkrecipes.break_lock(client, path, token)`` once that is on main (issue 38, item 5)."""
+def _break(client: Any, path: str, name: str) -> bool:
+    """Break the hold of node ``name`` of ``path`` (:func:`zkrecipes.break_lock`, by its token); False if it
+    is gone or no longer a holder."""
+    stat = client.exists(f"{path}/{name}")
+    if stat is None:
+        return False
     try:
-        client.delete(node)
-    except NoNodeError:
+        break_lock(client, path, stat.czxid)
+    except LockError:  # gone or changed since we looked: nothing deleted
         return False
     return True
 
@@ -221,12 +225,12 @@ class ZkrecipesLock(locking.Lock):
         return _engine.owns(stat, _kazoo.session_id(side.client))
 
     def break_(self) -> bool:
-        """Force-release: delete the current holders' nodes (exactly those: a node queued meanwhile is not
-        touched). True if one was deleted, False if nobody held. A holder finds out when it asks
-        (``is_still_owner()``; its ``release()`` returns False)."""
+        """Force-release: delete the current holders' nodes with :func:`zkrecipes.break_lock`, by their tokens
+        (exactly those: a node queued meanwhile is not touched). True if one was deleted, False if nobody
+        held. The holder finds out when it asks (``is_still_owner()``; its ``release()`` returns False)."""
         try:
-            nodes = [f"{self.path}/{c.node}" for c in _holders(self._rw.read().contenders())]
-            return any([_break(self._rw.read().client, node) for node in nodes])
+            holders = _holders(self._rw.read().contenders())
+            return any([_break(self._rw.read().client, self.path, c.node) for c in holders])
         except (KazooException, LockError) as exc:
             utils.raise_with_cause(ToozError, f"break of {self.path} failed: {exc}", cause=exc)
             raise  # (not reached)
