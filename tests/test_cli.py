@@ -25,7 +25,6 @@ from lockhelpers import wait_until as _wait_until
 
 from zkrecipes import naming
 from zkrecipes.testing import Partition
-from zkrecipes.testing.ensemble import four_letter
 
 _SCRIPT = Path(sys.executable).with_name("zkrecipes")
 ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkrecipes.cli"]
@@ -602,9 +601,9 @@ def test_help_lists_the_exit_codes():
 def _received(ensemble) -> int:
     """Requests the servers have received so far (the sum of srvr's 'Received' counters)."""
     total = 0
-    for port in ensemble.client_ports:
-        lines = [ln for ln in four_letter(port, "srvr").splitlines() if ln.startswith("Received:")]
-        assert lines, f"no srvr reply from port {port}"
+    for i in range(ensemble.size):  # the interface every ensemble has: local, external or Docker
+        lines = [ln for ln in ensemble.four_letter(i, "srvr").splitlines() if ln.startswith("Received:")]
+        assert lines, f"no srvr reply from server {i} ({ensemble.host(i)})"
         total += int(lines[0].split(":", 1)[1])
     return total
 

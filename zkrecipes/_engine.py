@@ -84,6 +84,17 @@ class ReadAll(NamedTuple):
     paths: Sequence[str]
 
 
+class Write(NamedTuple):
+    """A write to someone else's node, conditional on its data ``version`` (:mod:`zkrecipes.revoke`):
+    ``set_data`` of ``data``, or a delete if ``data`` is None. Retried on transient errors: a retry of a
+    write that was applied answers BadVersionError or NoNodeError, so the steps read again. Answer: kazoo's
+    (the node's new stat for a ``set_data``)."""
+
+    path: str
+    version: int
+    data: Optional[bytes] = None
+
+
 class CreateParent(NamedTuple):
     """Create the parent node ``path`` with ``acl``: a container node (a persistent one if not ``container``,
     or where the server has none), retried on transient errors. Answer: its path; raises as the create."""

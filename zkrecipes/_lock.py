@@ -33,7 +33,7 @@ from ._gate import Entered, Gate, in_doubt
 from ._signature import NamedInit
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender, QueueNode
-from .session import HELD, LOST, Hold, SessionWatcher
+from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.lock")
@@ -265,6 +265,9 @@ class Participant(NamedInit):
                 return
             self._state = state
             listeners = list(self._listeners)
+        self._call_listeners(listeners, state)
+
+    def _call_listeners(self, listeners: List[Listener], state: str) -> None:
         for fn in listeners:
             try:
                 fn(self, state)
@@ -339,6 +342,8 @@ class LockCore(Participant):
     _gate_prefix = ""  # the asyncio front's tasks get gates of their own, apart from threads
     _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
+    _revoke_event: Any = None  # revoke_requested, made when first read
+    _revokes_told: "Optional[weakref.WeakSet[Hold]]" = None  # holds whose revoke request we told
     _by_object: Optional[ObjectOwner] = None  # set with owner="object": the owner of this object's holds
 
     def __init__(
@@ -429,6 +434,8 @@ class LockCore(Participant):
             return False
         if self.lost.is_set():  # (clear() takes a lock: only when there is something to clear)
             self.lost.clear()
+        if self._revoke_event is not None and self._revoke_event.is_set():
+            self._revoke_event.clear()
         self._set_state(WAITING)
         hold = None
         try:
@@ -445,6 +452,8 @@ class LockCore(Participant):
         self._track(me, gate)
         self._attached.add(hold)
         self._report(hold, hold.state)  # (a change before this line was not reported: not yet attached)
+        if self._revoke_event is not None or self._listeners:  # someone to tell: follow our node
+            self._follow(hold)
         return True
 
     def _look_for_writers(self, gate: Gate, me: Owner) -> Steps[None]:
@@ -482,6 +491,8 @@ class LockCore(Participant):
         self._attached.add(hold)
         hold.add_listener(self._told)
         self._report(hold, hold.state)
+        if self._revoke_event is not None or self._listeners:  # someone to tell: follow our node
+            self._follow(hold)
 
     def _detach(self, hold: Hold) -> None:
         hold.remove_listener(self._told)
@@ -491,9 +502,58 @@ class LockCore(Participant):
     def _report(self, hold: Hold, state: str) -> None:
         if hold not in self._attached:
             return  # detached meanwhile: old news (a loss found while releasing is still told)
+        if state == REVOKE:
+            event = self._revoke_event
+            if event is not None:
+                event.set()
+            with self._state_lock:
+                if self._revokes_told is None:
+                    self._revokes_told = weakref.WeakSet()
+                if hold in self._revokes_told:
+                    return  # once per hold
+                self._revokes_told.add(hold)
+                listeners = list(self._listeners)
+            self._call_listeners(listeners, REVOKE)
+            return
         if state == LOST:
             self.lost.set()
         self._set_state(state)
+
+    # -- revocation (see zkrecipes.revoke) ---------------------------------------------------------------
+    @property
+    def revoke_requested(self) -> Any:
+        """Set when someone asked the holder to let go (:func:`zkrecipes.request_revoke`, Curator's
+        ``Revoker.attemptRevoke``); listeners are called with ``"revoke-requested"`` too. Nothing is taken:
+        the hold stays until released (or broken: :func:`zkrecipes.break_lock`). Cleared by the next acquire
+        that queues a node. A ``threading.Event`` (an ``asyncio.Event`` in :mod:`zkrecipes.aio`).
+
+        Holds follow their node (one read and one data watch per hold, not waited for) only for a lock
+        object that listens: from the first read of this attribute, or once it has a listener. Such a
+        hold also learns at once that its node was deleted by someone else: it is lost."""
+        event = self._revoke_event
+        if event is None:
+            with self._state_lock:
+                if self._revoke_event is None:
+                    self._revoke_event = self._new_event()
+                event = self._revoke_event
+            for hold in list(self._attached):
+                hold.follow_node()
+                if hold.revoke:  # seen for another object of the hold: told where this front tells
+                    self._told(hold, REVOKE)
+        return event
+
+    def add_listener(self, fn: Listener) -> None:
+        super().add_listener(fn)
+        for hold in list(self._attached):
+            hold.follow_node()
+
+    add_listener.__doc__ = Participant.add_listener.__doc__
+
+    def _follow(self, hold: Hold) -> None:
+        """Follow ``hold``'s node (this object listens); tell it a revoke request seen before it attached."""
+        hold.follow_node()
+        if hold.revoke:
+            self._report(hold, REVOKE)
 
     # -- what every lock reports -------------------------------------------------------------------
     def _my_hold(self, me: Optional[Owner]) -> Optional[Hold]:

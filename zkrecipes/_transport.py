@@ -207,6 +207,11 @@ class Transport:
             return e.delete_answer(op.path, exc)
         return True
 
+    def _write(self, op: e.Write) -> Handler:
+        if op.data is None:
+            return (yield from self._call(lambda: self.client.delete_async(op.path, op.version)))
+        return (yield from self._call(lambda: self.client.set_async(op.path, op.data, op.version)))
+
     def _sleep(self, op: Any) -> Handler:
         """SLEEP: the watched paths deleted (at once if some already are), else after a wake-up."""
         yield Woken(not bool(self._watched & self._deleted))
@@ -293,5 +298,6 @@ _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.Watch: "_watch",
     e.Delete: "_delete",
     e.WaitGate: "_wait_gate",
+    e.Write: "_write",
 }
 _CONSTANT_HANDLERS: Dict[Any, str] = {e.SLEEP: "_sleep", e.PAUSE: "_pause"}  # argument-less steps

@@ -1,4 +1,4 @@
-"""Command line: ``zkrecipes lock | elect | status | demo``.
+"""Command line: ``zkrecipes lock | elect | status | revoke | break | demo``.
 
 Run a command only while a lock or leadership is held, see who holds what, or watch a demo.
 
@@ -57,6 +57,14 @@ EXIT_CODES = f"""exit codes:
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
 
 Everything after the first "--" is the command; zkrecipes options go before it.
+"""
+
+REVOKE_EXIT_CODES = f"""exit codes:
+  0    done: revoke requested of every holder printed / the node deleted
+  {EXIT_FAILED}    revoke: no holder to ask; break: no current holder has that token (nothing deleted)
+  {EXIT_USAGE}    bad usage or input
+  {EXIT_UNAVAILABLE}   cannot reach ZooKeeper
+  {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
 """
 
 log = logging.getLogger("zkrecipes.cli")
@@ -435,6 +443,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
             writer_ahead = True
         rows.append(_row(len(rows), node.name, node.kind, d, node.host, now - stat.ctime / 1000.0, holding))
         rows[-1]["protocol"] = formats.label(found)
+        rows[-1]["token"] = stat.czxid  # the fencing token: what ``zkrecipes break --token`` takes
         if node.kind == naming.LEASE:
             rows[-1]["leases"] = node.leases
     if "lock" in children:
@@ -442,6 +451,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
             data, stat = client.get(f"{path}/lock")
             rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now - stat.ctime / 1000.0, True))
             rows[0]["protocol"] = "zkrecipes"
+            rows[0]["token"] = stat.czxid
         except NoNodeError:
             pass
     return rows
@@ -506,6 +516,51 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 0
     finally:
         _close(client)
+
+
+# -- revoke / break -------------------------------------------------------------------------------------
+def cmd_revoke(args: argparse.Namespace) -> int:
+    """Ask PATH's holders to let go: their nodes marked (one line each); 1 if nobody holds."""
+    from .revoke import request_revoke
+
+    path = _check_path(args.path)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
+    try:
+        marked = request_revoke(client, path)
+    finally:
+        _close(client)
+    if not marked:
+        raise _fail(f"{path}: no holder to ask", EXIT_FAILED)
+    for name in marked:
+        print(f"{path}/{name}: revoke requested")
+    return 0
+
+
+def cmd_break(args: argparse.Namespace) -> int:
+    """Delete the holder's node of PATH whose token is N; 1, nothing deleted, if no holder has it."""
+    from .errors import LockError
+    from .revoke import break_lock
+
+    path = _check_path(args.path)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
+    try:
+        name = break_lock(client, path, args.token)
+    except LockError as exc:
+        raise _fail(str(exc), EXIT_FAILED) from None
+    finally:
+        _close(client)
+    print(f"{path}/{name}: deleted (token {args.token})")
+    return 0
+
+
+def _token(text: str) -> int:
+    from .revoke import validate_token
+
+    try:
+        return validate_token(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--token wants a fencing token (a czxid: the holder's "
+                                         f"ZKRECIPES_TOKEN, or its token in status --json): {text!r} ({exc})") from None
 
 
 # -- argument checks (before any ZooKeeper call) --------------------------------------------------------
@@ -635,6 +690,25 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--watch", action="store_true", help="redraw on every change until Ctrl-C")
     common(st)
     st.set_defaults(func=cmd_status, parser=st)
+
+    rv = sub.add_parser("revoke", help="ask the holder(s) of PATH to let go", epilog=REVOKE_EXIT_CODES,
+                        formatter_class=fmt,
+                        description="Mark each current holder's node of PATH (a revoke request ZooKeeper "
+                                    "stores; nothing is deleted). Holders that listen are told; prints the "
+                                    "nodes marked.")
+    rv.add_argument("path", metavar="PATH")
+    common(rv)
+    rv.set_defaults(func=cmd_revoke, parser=rv)
+
+    br = sub.add_parser("break", help="delete the node of PATH's holder whose token is N", formatter_class=fmt,
+                        epilog=REVOKE_EXIT_CODES,
+                        description="Delete exactly the holder's node of PATH whose fencing token (czxid) "
+                                    "is N; refuse, deleting nothing, if no current holder has that token.")
+    br.add_argument("path", metavar="PATH")
+    br.add_argument("--token", type=_token, required=True, metavar="N",
+                    help="the holder's fencing token (ZKRECIPES_TOKEN of its command)")
+    common(br)
+    br.set_defaults(func=cmd_break, parser=br)
 
     dm = sub.add_parser("demo", help="run the demo (starts a local ensemble unless --hosts/ZK_HOSTS)",
                         epilog=EXIT_CODES, formatter_class=fmt)

@@ -14,11 +14,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, List, Literal, Optional, TypeVar
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, TypeVar
 
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from . import _engine, naming, retry
+from ._drive import Driver, never
 from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
 from ._gate import release_hold
 from ._lock import Participant, Threaded, predecessor
@@ -47,6 +48,7 @@ class ElectionCore(Participant):
         self._hold: Optional[Hold] = None  # the current term's
         self._campaigning = False
         self._notify = threading.RLock()  # one state change told at a time, in order
+        self._enders: List[Callable[[], None]] = []  # told once when the current term ends (run, latches)
 
     def _steps(self) -> Steps[Entry]:
         """A candidate's queue: the predecessor rule, our node read back before we lead."""
@@ -105,6 +107,7 @@ class ElectionCore(Participant):
             hold, self._hold = self._hold, None
         if hold is None:
             return
+        self._end_term()  # (before the delete: the leader's work stops first)
         yield from release_hold(hold)
         if hold.state == LOST and not self.lost.is_set():  # learned only while resigning: still told
             self.lost.set()
@@ -113,6 +116,31 @@ class ElectionCore(Participant):
 
     def _check(self) -> Steps[None]:
         yield from self._certain(self._fence_hold(), "leadership")
+
+    def _on_term_end(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn()`` once when the current term ends -- lost, or stepped down (by anyone) -- at once
+        if there is no live term; returns a function that forgets ``fn``. ``fn`` runs where the end is
+        noticed (threads: the session thread or the resigning thread; asyncio: the event loop)."""
+        with self._lock:
+            hold = self._hold
+            live = hold is not None and hold.state != LOST
+            if live:
+                self._enders.append(fn)
+        if not live:
+            fn()
+
+        def forget() -> None:
+            with self._lock:
+                if fn in self._enders:
+                    self._enders.remove(fn)
+
+        return forget
+
+    def _end_term(self) -> None:
+        with self._lock:
+            enders, self._enders = self._enders, []
+        for fn in enders:
+            fn()
 
     def _fence_hold(self) -> Hold:
         hold = self._hold
@@ -134,6 +162,7 @@ class ElectionCore(Participant):
             state = hold.state
             if state == LOST:
                 self.lost.set()
+                self._end_term()
             self._set_state(LEADER if state == HELD else state)
 
     def _set_state(self, state: str) -> None:
@@ -207,26 +236,45 @@ class LeaderElection(Threaded, ElectionCore):
     def __exit__(self, *exc: object) -> None:
         self.resign()
 
-    def run(self, func: Callable[..., R], *args: Any, requeue: bool = False, **kwargs: Any) -> Optional[R]:
+    def run(
+        self, func: Callable[..., R], *args: Any, requeue: bool = False, stop: bool = False, **kwargs: Any
+    ) -> Optional[R]:
         """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
 
         Returns what ``func`` returned. With ``requeue=True`` campaign again after each term (a worker
         pool keeps a leader) until :meth:`cancel` or :meth:`resign` is called from another thread; returns
         None then (after the current term, if one is running). If ``func`` raises, resign and re-raise.
-        ``func`` learns of a lost leadership only by asking: :meth:`check` or :attr:`lost`.
+
+        A thread cannot be interrupted: ``func`` runs on after leadership is lost unless it looks. With
+        ``stop=True`` it is called as ``func(stop, *args, **kwargs)``, ``stop`` a :class:`threading.Event`
+        set when the term ends -- leadership lost (the session expired, or the lost deadline passed:
+        before another candidate can lead) or :meth:`resign` called from another thread -- and it should
+        return then. Before each side effect it still calls :meth:`check` (which also refuses a
+        suspended leadership) or reads :attr:`lost`.
         """
         if not callable(func):
             raise TypeError(f"func must be callable, got {func!r}")
         if not isinstance(requeue, bool):
             raise TypeError(f"requeue must be a bool, got {requeue!r}")
-        fresh = True
+        if not isinstance(stop, bool):
+            raise TypeError(f"stop must be a bool, got {stop!r}")
+        return self._terms(func, args, kwargs, requeue, stop, fresh=True)
+
+    def _terms(
+        self, func: Callable[..., R], args: Tuple[Any, ...], kwargs: Dict[str, Any], requeue: bool, stop: bool,
+        fresh: bool,
+    ) -> Optional[R]:
+        """run()'s terms; ``fresh=False``: a cancel() that came before this call is not forgotten (a latch)."""
         while True:
             if not self._run(self._campaign(fresh)):
                 return None
             fresh = False
+            ended = threading.Event()
+            forget = self._on_term_end(ended.set)
             try:
-                result = func(*args, **kwargs)
+                result = func(ended, *args, **kwargs) if stop else func(*args, **kwargs)
             finally:
+                forget()
                 self._run(self._step_down())
             if not requeue:
                 return result
@@ -260,11 +308,12 @@ class LeaderElection(Threaded, ElectionCore):
 class LeaderWatch:
     """Follows the leader of an election on a background thread; :meth:`stop` ends it.
 
-    Made by :meth:`LeaderElection.watch_leader`, which documents the callback.
+    Made by :meth:`LeaderElection.watch_leader` (and :meth:`aio.LeaderElection.watch_leader
+    <zkrecipes.aio.LeaderElection.watch_leader>`), which document the callback.
     """
 
-    def __init__(self, election: LeaderElection, fn: Callable[[Optional[Contender]], None]) -> None:
-        self._election = election
+    def __init__(self, election: ElectionCore, fn: Callable[[Optional[Contender]], None]) -> None:
+        self._client, self._path, self._retry = election.client, election.path, election.retry
         self._fn = fn
         self._stop = threading.Event()
         self._changed = threading.Event()
@@ -274,8 +323,13 @@ class LeaderWatch:
     def _on_watch(self, event: Any) -> None:
         self._changed.set()
 
+    def _leader(self) -> Optional[Contender]:
+        """The head of the queue, read by the core's steps on this thread (for either front)."""
+        found = Driver(self._client, None, never, self._retry, path=self._path).run(_engine.contenders(self._path))
+        return found[0] if found else None
+
     def _run(self) -> None:
-        client, path = self._election.client, self._election.path
+        client, path = self._client, self._path
         last: Any = object()
         while not self._stop.is_set():
             self._changed.clear()
@@ -286,7 +340,7 @@ class LeaderWatch:
                     if client.exists(path, watch=self._on_watch) is not None:
                         continue
                     children = []
-                leader = self._election.leader() if children else None
+                leader = self._leader() if children else None
             except retry.TRANSIENT + (SessionExpiredError, LockError):  # reconnecting: set the watch again
                 self._stop.wait(0.2)
                 continue
@@ -297,18 +351,26 @@ class LeaderWatch:
             key = leader.node if leader else None
             if key != last and not self._stop.is_set():
                 last = key
-                try:
-                    self._fn(leader)
-                except Exception:
-                    log.exception("leader watch callback %r failed", self._fn)
+                self._deliver(leader)
             while not self._changed.wait(0.5):
                 if self._stop.is_set():
                     return
+
+    def _deliver(self, leader: Optional[Contender]) -> None:
+        """Call the callback (here, on the watch's thread; the asyncio front hands it to its loop)."""
+        if self._stop.is_set():
+            return
+        try:
+            self._fn(leader)
+        except Exception:
+            log.exception("leader watch callback %r failed", self._fn)
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop following and wait (up to ``timeout``) for the thread to end; no call of the callback
         starts after this. Idempotent; may be called from the callback itself."""
         self._stop.set()
         self._changed.set()
-        if threading.current_thread() is not self._thread:
+        if threading.current_thread() is not self._thread and self._joins:
             self._thread.join(timeout)
+
+    _joins = True  # stop() waits for the thread (not on an event loop: the thread ends by itself)

@@ -270,3 +270,28 @@ def contender(node: QueueNode, data: Optional[bytes]) -> Contender:
         ident if isinstance(ident, str) else None,
         pid if isinstance(pid, int) else None,
     )
+
+
+# -- revocation: a mark set on a holder's node (see zkrecipes.revoke) ----------------------------------
+REVOKE_MARK = b"__REVOKE__"  # Curator's Revoker.REVOKE_MESSAGE: what its makeRevocable holders look for
+
+
+def revoke_marked(data: Optional[bytes]) -> bool:
+    """True if a holder's node data carries a revoke request: Curator's ``__REVOKE__``, or zkrecipes' JSON
+    with ``"revoke": true``."""
+    if not data:
+        return False
+    if data == REVOKE_MARK:
+        return True
+    return data[:1] == b"{" and read_data(data).get("revoke") is True
+
+
+def with_revoke_mark(data: Optional[bytes]) -> bytes:
+    """The data that marks a holder's node for revocation: zkrecipes' JSON keeps what it says (host, pid,
+    identifier: ``contenders()`` and ``zkrecipes status`` still show them) plus ``"revoke": true``; any
+    other data (kazoo's and Curator's identifiers) becomes Curator's ``__REVOKE__``."""
+    d = read_data(data) if data and data[:1] == b"{" else {}
+    if not d:
+        return REVOKE_MARK
+    d["revoke"] = True
+    return json.dumps(d, separators=(",", ":")).encode()

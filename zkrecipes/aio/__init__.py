@@ -8,7 +8,9 @@ with ``call_soon_threadsafe``; a waiting task is a suspended coroutine, not a th
 
 from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
+from .latch import LeaderLatch
 from .multilock import MultiLock
+from .revoke import break_lock, request_revoke
 from .semaphore import Lease, Semaphore
 from .transaction import HeldTransaction
 
@@ -17,10 +19,13 @@ __all__ = [
     "FairLock",
     "HeldTransaction",
     "LeaderElection",
+    "LeaderLatch",
     "Lease",
     "MultiLock",
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",
     "WriteLock",
+    "break_lock",
+    "request_revoke",
 ]

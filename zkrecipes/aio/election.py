@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
-from typing import Any, Awaitable, Callable, Optional, TypeVar
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
 
+from .. import election as _election
 from ..election import ElectionCore
-from ..errors import LockCancelled
+from ..errors import LockCancelled, LockLost
 from ..naming import Contender, validate_timeout
+from ._driver import call_soon
 from ._lock import AioFront
+
+log = logging.getLogger("zkrecipes.aio.election")
 
 R = TypeVar("R")
 
@@ -39,18 +45,69 @@ class LeaderElection(AioFront, ElectionCore):
         self.cancel()
         await self._run(self._step_down())
 
-    async def run(self, coro_fn: Callable[..., Awaitable[R]], *args: Any, **kwargs: Any) -> Optional[R]:
+    async def run(
+        self, coro_fn: Callable[..., Awaitable[R]], *args: Any, requeue: bool = False, **kwargs: Any
+    ) -> Optional[R]:
         """Campaign, ``await coro_fn(*args, **kwargs)`` as leader, resign when it returns or raises; its
-        result (None if the campaign was cancelled first). ``coro_fn`` learns of a lost leadership by
-        asking: ``await election.check()`` or ``election.lost``."""
+        result (None if the campaign was cancelled first).
+
+        The coroutine runs in a task of its own that is cancelled when the term ends: when leadership is
+        lost (the session expired, or the lost deadline passed: before another candidate can lead) run
+        raises :class:`~zkrecipes.LockLost`; when :meth:`resign` is called from another task it returns
+        None. A suspended leadership is not cancelled (it may come back): ``await election.check()``
+        before each side effect. With ``requeue=True`` campaign again after each term, a lost one
+        included, until :meth:`cancel` or :meth:`resign`; returns None then. If ``coro_fn`` raises,
+        resign and re-raise. Cancelling the calling task cancels the coroutine and resigns."""
         if not callable(coro_fn):
             raise TypeError(f"coro_fn must be callable, got {coro_fn!r}")
-        if not await self.campaign():
-            return None
+        if not isinstance(requeue, bool):
+            raise TypeError(f"requeue must be a bool, got {requeue!r}")
+        self._bind()
+        return await self._terms(coro_fn, args, kwargs, requeue, fresh=True)
+
+    async def _terms(
+        self, coro_fn: Callable[..., Awaitable[R]], args: Tuple[Any, ...], kwargs: Dict[str, Any], requeue: bool,
+        fresh: bool,
+    ) -> Optional[R]:
+        """run()'s terms; ``fresh=False``: a cancel() that came before this call is not forgotten (a latch)."""
+        while True:
+            if not await self._run(self._campaign(fresh)):
+                return None
+            fresh = False
+            try:
+                result = await self._lead(coro_fn(*args, **kwargs))
+            except LockLost:
+                if not requeue:
+                    raise
+                log.info("%s: leadership lost; campaigning again", self.path)
+            else:
+                if not requeue:
+                    return result
+            finally:
+                await self._run(self._step_down())
+            if self._is_cancelled():
+                return None
+
+    async def _lead(self, coro: Awaitable[R]) -> Optional[R]:
+        """Await ``coro`` in a task cancelled when the term ends: LockLost if it was lost, else None."""
+        task = asyncio.ensure_future(coro)
+        ended: List[bool] = []
+
+        def end() -> None:  # on the loop
+            ended.append(True)
+            task.cancel()
+
+        forget = self._on_term_end(end)
         try:
-            return await coro_fn(*args, **kwargs)
+            return await task  # (a cancel of the calling task cancels this task too)
+        except asyncio.CancelledError:
+            if not ended or _cancelling():
+                raise  # the caller was cancelled (or the coroutine cancelled itself), not the term ended
+            if self.lost.is_set():
+                raise LockLost(f"{self.path}: leadership lost; the leader's coroutine was cancelled") from None
+            return None
         finally:
-            await self.resign()
+            forget()
 
     async def __aenter__(self) -> "LeaderElection":
         if not await self.campaign():
@@ -71,5 +128,36 @@ class LeaderElection(AioFront, ElectionCore):
         c = await self.contenders()
         return c[0] if c else None
 
+    def watch_leader(self, fn: Callable[[Optional[Contender]], None]) -> "LeaderWatch":
+        """Call ``fn(leader_or_None)`` now and whenever the leader changes, on the event loop's thread
+        (keep it short; start a task for longer work), until the returned :class:`LeaderWatch` is
+        stopped. For observers that are not candidates. Call it from a coroutine: the calls go to its
+        loop."""
+        if not callable(fn):
+            raise TypeError(f"fn must be callable, got {fn!r}")
+        return LeaderWatch(self, fn)
+
     def __repr__(self) -> str:
         return f"<aio.LeaderElection {self.path!r} state={self._state}>"
+
+
+def _cancelling() -> bool:
+    """True if the calling task is being cancelled (known from Python 3.11 on)."""
+    task = asyncio.current_task()
+    return bool(getattr(task, "cancelling", lambda: 0)())
+
+
+class LeaderWatch(_election.LeaderWatch):
+    """Follows the leader of an election for :meth:`aio.LeaderElection.watch_leader
+    <LeaderElection.watch_leader>`: the same watch as :class:`zkrecipes.LeaderWatch`, on a thread of its
+    own, with the callback called on the event loop. :meth:`stop` returns at once; no call of the
+    callback starts after it, and the thread ends by itself moments later."""
+
+    _joins = False  # never block the loop
+
+    def __init__(self, election: ElectionCore, fn: Callable[[Optional[Contender]], None]) -> None:
+        self._loop = asyncio.get_running_loop()
+        super().__init__(election, fn)
+
+    def _deliver(self, leader: Optional[Contender]) -> None:  # the watch's thread: hand over to the loop
+        call_soon(self._loop, super()._deliver, leader)
