@@ -31,56 +31,17 @@ from tooz import ToozError, coordination, locking, utils
 from tooz.drivers import zookeeper
 
 from . import _engine, _kazoo, formats, naming
-from ._drive import Driver, never
-from ._lock import Lock, acquire_deadline, predecessor
+from ._lock import predecessor
 from .election import LeaderElection
 from .errors import LockError, LockLost
 from .naming import Contender
 from .revoke import break_lock
-from .rwlock import Pair, ReadLock, WriteLock
+from .rwlock import ReadWriteLock
 from .session import LOST
 
 log = logging.getLogger("zkrecipes.tooz")
 
 FORMAT = formats.KAZOO  # tooz's own driver makes kazoo Locks: the same queue, on the same paths
-
-
-# -- object-owned holds ----------------------------------------------------------------------------------
-class _ObjectOwned(Lock):
-    """A lock side whose hold belongs to the object, not the calling thread (tooz's locks are used across
-    threads like kazoo's): any thread may release it; not reentrant (the tooz lock guards that).
-
-    Stands in for ``owner="object"`` until that constructor keyword is on main (issue 38, item 1); then
-    these classes become ``ReadWriteLock(..., owner="object")``."""
-
-    def _current_owner(self) -> Any:
-        return self
-
-    def _track(self, me: Any, gate: Any) -> None:
-        """The object never "ends": no reaper."""
-
-    def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
-        blocking, deadline = acquire_deadline(blocking, timeout)
-        self._cancelled = False
-        return self._run(self._acquire(self, blocking), deadline, not blocking)
-
-    def release(self) -> None:
-        Driver(self.client, None, never, self.retry).run(self._release(self))
-
-    def check(self) -> None:
-        self._run(self._check(self))
-
-
-class _Read(_ObjectOwned, ReadLock):
-    pass
-
-
-class _Write(_ObjectOwned, WriteLock):
-    pass
-
-
-class _ReadWrite(Pair[_Read, _Write]):
-    _sides = (_Read, _Write)
 
 
 def _break(client: Any, path: str, name: str) -> bool:
@@ -112,7 +73,7 @@ class ZkrecipesLock(locking.Lock):
     object that holds shared adds a level. Errors from ZooKeeper are raised as :class:`tooz.ToozError`.
     """
 
-    def __init__(self, name: bytes, rw: _ReadWrite) -> None:
+    def __init__(self, name: bytes, rw: ReadWriteLock) -> None:
         super().__init__(name)
         self._rw = rw
         self._busy = threading.Lock()  # held while this object holds (any thread releases it)
@@ -358,7 +319,7 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
     # -- locks ---------------------------------------------------------------------------------------
     def get_lock(self, name: bytes) -> ZkrecipesLock:  # type: ignore[override]  # (not a kazoo Lock)
         path = self._paths_join("/", self._namespace, "locks", name)
-        rw = _ReadWrite(self._coord, path, self._member_text(), protocol=FORMAT)
+        rw = ReadWriteLock(self._coord, path, self._member_text(), protocol=FORMAT, owner="object")
         return ZkrecipesLock(name, rw)
 
     def _member_text(self) -> str:
