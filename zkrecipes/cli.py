@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -544,6 +545,8 @@ def _nonneg(text: str, limit: float = MAX_SECONDS) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if math.isnan(value):  # float() reads 'nan'
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r} (not a number)")
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text!r}")
     if not value <= limit:  # inf as well
