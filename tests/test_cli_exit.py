@@ -130,3 +130,16 @@ def test_exit_follows_the_command_and_the_node_is_gone_by_then(cli, zk, command)
     assert exit_at - signalled <= EXIT_BOUND, f"exited {exit_at - signalled:.2f} s after SIGINT"
     cli.release("holder")
     assert holder.wait() == 0, holder.stderr
+
+def test_a_silent_server_ends_the_connect_timeout_not_a_session_timeout_later(cli, zk_ensemble):
+    """``--connect-timeout 1`` against a server that accepts and never answers: exit 69 about a second
+    after the start, not after the handshake's own time-out (the session timeout, 20 s here)."""
+    with Partition(zk_ensemble.hosts) as link:
+        link.freeze()
+        started = time.monotonic()
+        r = cli.run("lock", "/x", "--hosts", link.hosts, "--connect-timeout", "1", "--session-timeout", "20",
+                    "--", "true")
+        took = time.monotonic() - started
+    assert r.returncode == 69, r.stderr
+    assert r.stderr == f"zkrecipes: cannot reach ZooKeeper at {link.hosts} within 1 s\n"
+    assert took < 1 + EXIT_BOUND + 3.0, f"took {took:.1f} s"  # 3 s for starting Python on a busy machine
