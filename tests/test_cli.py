@@ -386,7 +386,8 @@ def test_a_grace_longer_than_the_session_timeout_leaves_is_refused(cli):
 @pytest.mark.parametrize("option,value,says", [
     ("--session-timeout", "inf", "up to 3600"),
     ("--session-timeout", "1e9", "up to 3600"),
-    ("--session-timeout", "nan", "must be >= 0"),
+    ("--session-timeout", "nan", "got 'nan' (not a number)"),
+    ("--grace", "NaN", "got 'NaN' (not a number)"),
     ("--connect-timeout", "inf", "up to 86400"),
     ("--timeout", "1e300", "up to 86400"),
     ("--timeout", "-1", "must be >= 0"),
@@ -548,6 +549,8 @@ BAD_INPUT = {
                       "argument --timeout: not a number of seconds: 'soon'"),
     "negative --timeout": (["lock", "/x", "--timeout", "-1", "--", "true"], 2,
                            "argument --timeout: must be >= 0 seconds: '-1'"),
+    "nan --timeout": (["lock", "/x", "--timeout", "nan", "--", "true"], 2,
+                      "argument --timeout: must be a number of seconds, got 'nan' (not a number)"),
     "no hosts": (["lock", "/x", "--", "true"], 2, "zkrecipes: no ZooKeeper hosts: pass --hosts H or set ZK_HOSTS"),
     "bad hosts": (["status", "/x", "--hosts", "127.0.0.1:notaport"], 2, "zkrecipes: bad --hosts '127.0.0.1:notaport'"),
     "unreachable": (["lock", "/x", "--hosts", "127.0.0.1:1", "--connect-timeout", "1", "--", "true"], 69,

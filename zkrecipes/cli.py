@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -142,13 +143,44 @@ def _security(args: argparse.Namespace) -> "Security":
     return security
 
 
+CLOSE_WAIT = 0.5  # seconds to wait for ZooKeeper to confirm the session's end (one round trip when healthy)
+EXIT_BOUND = 1.0  # lock/elect exit this soon after the command ended and the node is gone or the session
+# known lost (docs/cli.rst, "When zkrecipes exits"): CLOSE_WAIT, or the release's 0.2 s look at a loss, plus
+# the process's own end
+
+
+def close_wait(client: KazooClient) -> float:
+    """How long :func:`_close` waits for ``client``'s session to end: :data:`CLOSE_WAIT`, cut short by the
+    doubt clock's lost moment (nothing is gained by waiting once the session is known lost), and 0 if no
+    request was ever answered (no session, so no node)."""
+    from .session import SessionWatcher
+
+    d = SessionWatcher.of(client).lost_by()
+    if d is None:
+        return 0.0
+    return max(0.0, min(CLOSE_WAIT, d[1] - time.monotonic()))
+
+
 def _close(client: KazooClient) -> None:
-    """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises."""
-    try:
-        client.stop()
-        client.close()
-    except Exception:
-        log.debug("closing the ZooKeeper client failed", exc_info=True)
+    """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises. Returns once
+    that is done or after :func:`close_wait`: kazoo's ``stop()`` waits for its connection thread, which on
+    a silent link is stuck in a reconnection's handshake for up to the session timeout (or in a back-off
+    sleep); the stop then finishes on a daemon thread, or not at all if the process exits first."""
+    limit = close_wait(client)
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            client.stop()
+            client.close()
+        except Exception:
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
+        finally:
+            done.set()
+
+    threading.Thread(target=stop, name="zkrecipes-close", daemon=True).start()
+    if not done.wait(limit):
+        log.info("the ZooKeeper session did not end within %.2f s: not waiting for it (it expires on its own)", limit)
 
 
 # -- running a command under a hold ----------------------------------------------------------------
@@ -599,6 +631,8 @@ def _nonneg(text: str, limit: float = MAX_SECONDS) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if math.isnan(value):  # float() reads 'nan'
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r} (not a number)")
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text!r}")
     if not value <= limit:  # inf as well

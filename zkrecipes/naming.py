@@ -101,7 +101,9 @@ def validate_timeout(timeout: object) -> Optional[float]:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    if math.isnan(timeout) or timeout < 0:
+    if math.isnan(timeout):
+        raise ValueError(f"timeout must be a number of seconds, got {timeout!r} (not a number)")
+    if timeout < 0:
         raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
     return float(timeout)
 
