@@ -29,10 +29,11 @@ from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
 from . import retry as _retry  # the keyword argument is called retry
 from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
+from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
 from ._signature import NamedInit
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
-from .naming import Contender, QueueNode
+from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
@@ -44,12 +45,6 @@ WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[[Any, str], None]
 Owner = Hashable  # a thread, or an asyncio task
-
-
-def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any. (Nodes of
-    another recipe never get here: the node format refuses them, :meth:`~zkrecipes.formats.NodeFormat.ahead`.)"""
-    return ahead[-1] if ahead else None
 
 
 def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
@@ -262,10 +257,13 @@ class LockCore(Participant):
     def _wake_gates(self) -> None:
         self._gate.wake_all()
 
-    def _steps(self) -> Steps[Entry]:
+    def _steps(self, peek: bool = False) -> Steps[Entry]:
+        """Our node's life until granted; ``peek``: a non-blocking attempt (it looks before it writes)."""
         fmt = self._format
         prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen)
+        return _engine.acquire(
+            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen, peek=peek
+        )
 
     # -- the life ------------------------------------------------------------------------------------
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
@@ -297,7 +295,7 @@ class LockCore(Participant):
         self._set_state(WAITING)
         hold = None
         try:
-            entry = yield from self._steps()
+            entry = yield from self._steps(peek=not blocking)
             hold = self._make_hold(entry, gate, self._told)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
