@@ -242,3 +242,15 @@ def test_contenders_say_which_leases_and_which_exclusive_node_hold(zk, zk_factor
     assert c.node == "lock" and c.holding
     excl.release()
     assert look(mod.ExclusiveLock(zk_factory(), "/excl")) == []
+
+
+@pytest.mark.parametrize("front", FRONTS)
+def test_a_leases_try_with_another_max_leases_is_refused_without_writing(zk, zk_factory, front):
+    holder = zkrecipes.Semaphore(zk_factory(), P, LEASES)
+    assert holder.acquire(timeout=10)  # one of two leases: the path is not full
+    before, queue = cversion(zk), children(zk, P)
+    other = (aio if front == "aio" else zkrecipes).Semaphore(zk_factory(), P, LEASES + 1)
+    with pytest.raises(LockError, match=f"max_leases {LEASES + 1} disagrees with the holders' {LEASES}"):
+        attempt(front, other, blocking=False)
+    assert cversion(zk) == before and children(zk, P) == queue
+    holder.release()

@@ -522,7 +522,9 @@ class Lock(Threaded, LockCore):
         Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.
-        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
+        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``. Such an attempt lists the
+        queue first: if the listing shows the lock held, it returns False after that one read, with no
+        write; if another thread of this process holds it, with no request at all.
 
         A blocking call on a thread that runs an asyncio event loop stops the loop until the lock is
         granted: it warns (``RuntimeWarning``, once per lock object); use :mod:`zkrecipes.aio` there.
