@@ -51,7 +51,8 @@ class SessionGone(Exception):
 
 
 class DeadlinePassed(Exception):
-    """Thrown in by a driver: the acquire's deadline passed (or a non-blocking attempt would wait)."""
+    """Thrown in by a driver: the acquire's deadline passed (or a non-blocking attempt would wait); raised
+    by the steps themselves when a non-blocking attempt (``peek``) finds the lock held."""
 
 
 class Cancelled(Exception):
@@ -207,7 +208,6 @@ def holding(queue: Sequence[QueueNode]) -> List[bool]:
     ``holding`` and ``zkrecipes status`` say."""
     nodes = list(queue)
     return [not RULES.get(n.kind, predecessor)(nodes[:i], n) for i, n in enumerate(nodes)]
-
 
 
 # -- the queue ---------------------------------------------------------------------------------------
