@@ -29,10 +29,11 @@ from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
 from . import retry as _retry  # the keyword argument is called retry
 from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
+from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
 from ._signature import NamedInit
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
-from .naming import Contender, QueueNode
+from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
@@ -45,12 +46,6 @@ NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[[Any, str], None]
 Owner = Hashable  # a thread, an asyncio task, or an object-owned lock's ObjectOwner
 OBJECT = "object"  # owner="object": the hold belongs to the lock object (hand-over)
-
-
-def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any. (Nodes of
-    another recipe never get here: the node format refuses them, :meth:`~zkrecipes.formats.NodeFormat.ahead`.)"""
-    return ahead[-1] if ahead else None
 
 
 def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
@@ -404,10 +399,13 @@ class LockCore(Participant):
     def _wake_gates(self) -> None:
         self._gate.wake_all()
 
-    def _steps(self) -> Steps[Entry]:
+    def _steps(self, peek: bool = False) -> Steps[Entry]:
+        """Our node's life until granted; ``peek``: a non-blocking attempt (it looks before it writes)."""
         fmt = self._format
         prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen)
+        return _engine.acquire(
+            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen, peek=peek
+        )
 
     # -- the life ------------------------------------------------------------------------------------
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
@@ -439,7 +437,7 @@ class LockCore(Participant):
         self._set_state(WAITING)
         hold = None
         try:
-            entry = yield from self._steps()
+            entry = yield from self._steps(peek=not blocking)
             hold = self._make_hold(entry, gate, self._told)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
@@ -670,7 +668,9 @@ class Lock(Threaded, LockCore):
         Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.
-        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
+        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``. Such an attempt lists the
+        queue first: if the listing shows the lock held, it returns False after that one read, with no
+        write; if another thread of this process holds it, with no request at all.
 
         A blocking call on a thread that runs an asyncio event loop stops the loop until the lock is
         granted: it warns (``RuntimeWarning``, once per lock object); use :mod:`zkrecipes.aio` there.

@@ -449,7 +449,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
-    from . import formats, naming
+    from . import _engine, formats, naming
 
     try:
         children = client.get_children(path)
@@ -457,8 +457,8 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
         return []
     now = time.time()
     rows: List[Dict[str, Any]] = []
-    writer_ahead = False
-    for pos, (found, node) in enumerate(formats.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
+    queue = formats.sort_any(children)  # zkrecipes, kazoo and Curator nodes
+    for (found, node), holding in zip(queue, _engine.holding([n for _, n in queue])):  # each kind's wait-rule
         try:
             data, stat = client.get(f"{path}/{node.name}")
         except NoNodeError:  # left between the listing and the read
@@ -466,13 +466,6 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
         d = naming.read_data(data)
         if found is not None and found.format != formats.ZKRECIPES:  # kazoo/Curator: the id is the data
             d = {"id": formats.contender(found, node, data).identifier}
-        if node.kind == naming.READ:
-            holding = not writer_ahead
-        elif node.kind == naming.LEASE:  # a semaphore's lease: held while fewer than N are ahead
-            holding = pos < node.leases
-        else:
-            holding = pos == 0
-            writer_ahead = True
         rows.append(_row(len(rows), node.name, node.kind, d, node.host, now - stat.ctime / 1000.0, holding))
         rows[-1]["protocol"] = formats.label(found)
         rows[-1]["token"] = stat.czxid  # the fencing token: what ``zkrecipes break --token`` takes

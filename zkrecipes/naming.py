@@ -36,7 +36,8 @@ class QueueNode(NamedTuple):
 
 
 class Contender(NamedTuple):
-    """A participant as stored in ZooKeeper, in queue order; ``identifier``/``pid`` None if unreadable."""
+    """A participant as stored in ZooKeeper, in queue order; ``identifier``/``pid`` None if unreadable.
+    ``holding``: the node holds (by its recipe's wait-rule over the listing read), else it waits."""
 
     node: str
     host: str
@@ -44,6 +45,7 @@ class Contender(NamedTuple):
     sequence: int
     identifier: Optional[str]
     pid: Optional[int]
+    holding: bool = False
 
 
 MAX_PATH_BYTES = 16384  # a lock path: every request of a lock names it (ZooKeeper's packet limit is 1 MB)
@@ -259,8 +261,8 @@ def read_data(data: Optional[bytes]) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def contender(node: QueueNode, data: Optional[bytes]) -> Contender:
-    """Build a :class:`Contender` from a parsed node and its data."""
+def contender(node: QueueNode, data: Optional[bytes], holding: bool = False) -> Contender:
+    """Build a :class:`Contender` from a parsed node, its data and whether it holds."""
     d = read_data(data)
     pid = d.get("pid")
     ident = d.get("id")
@@ -271,6 +273,7 @@ def contender(node: QueueNode, data: Optional[bytes]) -> Contender:
         node.sequence,
         ident if isinstance(ident, str) else None,
         pid if isinstance(pid, int) else None,
+        holding,
     )
 
 

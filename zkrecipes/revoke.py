@@ -18,28 +18,20 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from . import formats, naming
 from ._drive import Driver, never
-from ._engine import Read, ReadAll, Steps, Write
-from ._lock import predecessor
+from ._engine import Read, ReadAll, Steps, Write, holding
 from .errors import LockError
-from .rwlock import nearest_writer
-from .semaphore import nearest_leases
 
-_RULES = {naming.READ: nearest_writer, naming.LEASE: nearest_leases}  # any other kind: the predecessor rule
 _TRIES = 3  # a write whose node changed meanwhile is tried again after one read (only marks change data)
 
 
 def holders(children: Sequence[str]) -> List[str]:
     """The children of a lock path that hold now, in queue order: ExclusiveLock's ``lock`` node, and each
-    queue node that its recipe's wait-rule finds unblocked (a reader with no writer ahead, a lease with
-    fewer than ``max_leases`` ahead, anything else at the head), in any node format. Holders are a prefix
-    of the queue (the rules are monotone), so the walk stops at the first waiter."""
-    out = [formats.EXCLUSIVE_NODE] if formats.EXCLUSIVE_NODE in children else []
+    queue node that its recipe's wait-rule finds unblocked (:func:`zkrecipes._engine.holding`: a reader
+    with no writer ahead, a lease with fewer than ``max_leases`` ahead, anything else at the head), in any
+    node format."""
     nodes = [node for _, node in formats.sort_any(children)]
-    for i, node in enumerate(nodes):
-        if _RULES.get(node.kind, predecessor)(nodes[:i], node):
-            break
-        out.append(node.name)
-    return out
+    queue = [node.name for node, holds in zip(nodes, holding(nodes)) if holds]
+    return ([formats.EXCLUSIVE_NODE] if formats.EXCLUSIVE_NODE in children else []) + queue
 
 
 def validate_token(token: object) -> int:

@@ -9,23 +9,14 @@ from kazoo.client import KazooClient
 from kazoo.security import ACL
 
 from . import formats, naming
+from ._engine import nearest_writer as nearest_writer  # the wait-rule of readers (re-exported)
 from ._lock import LockCore
 from ._signature import NamedInit
 from .fair import FairLock
-from .naming import Contender, QueueNode
+from .naming import Contender
 
 R = TypeVar("R", bound=LockCore)
 W = TypeVar("W", bound=LockCore)
-
-
-def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of readers: blocked by the nearest node ahead that is not a reader (``W``, or a node of
-    another format's kind: never overtaken), if any. A semaphore's lease never gets here: the node
-    format refuses it (:meth:`~zkrecipes.formats.NodeFormat.ahead`)."""
-    for node in reversed(ahead):
-        if node.kind != naming.READ:
-            return node
-    return None
 
 
 class ReadRecipe(LockCore):
@@ -35,8 +26,7 @@ class ReadRecipe(LockCore):
     _recipe = "rw"
     _title = "ReadWriteLock (read side)"
 
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-        return nearest_writer(ahead, me)
+    _rule = staticmethod(nearest_writer)
 
 
 class WriteRecipe(LockCore):

@@ -13,19 +13,11 @@ from kazoo.security import ACL
 
 from . import _engine, _gate, _reaper, formats, naming
 from ._engine import Blockers, Entry, Steps
+from ._engine import nearest_leases as nearest_leases  # the wait-rule of a lease (re-exported)
 from ._gate import Gate
 from ._lock import IDLE, OBJECT, WAITING, Lock, LockCore, LockState, Owner, acquire_deadline
 from .errors import LockError
 from .naming import QueueNode
-
-
-def nearest_leases(ahead: List[QueueNode], me: QueueNode) -> Optional[Sequence[QueueNode]]:
-    """Wait-rule of a lease: held while fewer than ``me.leases`` nodes are ahead; else blocked by the
-    ``me.leases`` nearest nodes ahead (all watched: any of them going may make us a holder, and while
-    they all stay they stay the nearest, so a node further ahead going cannot). Correct on a superset
-    of the nodes ahead, as the engine requires of a rule with several blockers."""
-    n = me.leases
-    return ahead[-n:] if len(ahead) >= n else None
 
 
 class SemaphoreRecipe(LockCore):
@@ -80,11 +72,12 @@ class SemaphoreRecipe(LockCore):
                             f"{ahead[0].leases} (node {ahead[0].name})")
         return nearest_leases(ahead, me)
 
-    def _steps(self) -> Steps[Entry]:
+    def _steps(self, peek: bool = False) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format, seen=self._seen)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format, seen=self._seen,
+                               peek=peek)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         self._acquiring.add(me)

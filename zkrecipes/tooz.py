@@ -20,7 +20,6 @@ Importing :mod:`zkrecipes` does not import this module (nor tooz).
 from __future__ import annotations
 
 import collections
-import itertools
 import logging
 import threading
 import time
@@ -58,10 +57,8 @@ def _break(client: Any, path: str, name: str) -> bool:
 
 
 def _holders(contenders: List[Contender]) -> List[Contender]:
-    """The nodes that hold: the head if it writes, else the readers ahead of the first writer."""
-    if contenders and contenders[0].kind != naming.READ:
-        return contenders[:1]
-    return list(itertools.takewhile(lambda c: c.kind == naming.READ, contenders))
+    """The nodes that hold (by each one's wait-rule: :attr:`Contender.holding <zkrecipes.Contender.holding>`)."""
+    return [c for c in contenders if c.holding]
 
 
 class ZkrecipesLock(locking.Lock):

@@ -174,7 +174,8 @@ class Lock(AioFront, LockCore):
         then no node and no watch is left. Cancelling the task raises CancelledError in it and deletes
         its node, also when the cancel lands while the create is in flight. Reentrant per task; re-entry
         into a hold that is lost or in doubt raises :class:`~zkrecipes.LockLost`, as the threaded
-        :meth:`zkrecipes.FairLock.acquire` does.
+        :meth:`zkrecipes.FairLock.acquire` does. A non-blocking attempt (``blocking=False``, ``timeout=0``)
+        on a lock whose queue shows it held returns False after one read, with no write.
         """
         return self._acquire_for(_caller(), blocking, timeout)  # the caller owns it, also when a task of
         # its own runs the coroutine (asyncio.wait_for on Python <= 3.11, ensure_future)
