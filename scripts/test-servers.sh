@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PY=.venv/bin/python
-ZK39_HOME="${ZK39_HOME:-.venv/zookeeper-3.9}"
+ZK39_HOME=$(realpath -ms "${ZK39_HOME:-.venv/zookeeper-3.9}")
 ZK39_SUITE="${ZK39_SUITE:-trixie}"
 ZK39_MIRROR="${ZK39_MIRROR:-http://deb.debian.org/debian}"
 read -r -a SUITES <<< "${SERVERS_TESTS:-tests/test_locks.py tests/test_election.py tests/test_aio.py tests/test_session_loss.py tests/test_doubt_clock.py}"
@@ -30,12 +30,12 @@ fetch_zk39() {
   command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null || die "needs apt-get and dpkg-deb (Debian/Ubuntu)"
   local tmp="$ZK39_HOME.tmp" keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   [ -r "$keyring" ] || die "no $keyring (apt-get install debian-archive-keyring)"
-  rm -rf "$tmp" && mkdir -p "$tmp"/apt/{state/lists/partial,cache/archives/partial} "$tmp/debs" "$tmp/root"
+  rm -rf "$tmp" && mkdir -p "$tmp"/apt/{state/lists/partial,cache/archives/partial,preferences.d} "$tmp/debs" "$tmp/root"
   echo "deb [signed-by=$keyring] $ZK39_MIRROR $ZK39_SUITE main" > "$tmp/apt/sources.list"
   : > "$tmp/apt/state/status"
-  local apt=(-q -o Dir::Etc::sourcelist="$PWD/$tmp/apt/sources.list" -o Dir::Etc::sourceparts=-
-             -o Dir::Etc::preferences="$PWD/$tmp/apt/preferences" -o Dir::Etc::preferencesparts="$PWD/$tmp/apt/preferences.d" -o Dir::State="$PWD/$tmp/apt/state"
-             -o Dir::State::status="$PWD/$tmp/apt/state/status" -o Dir::Cache="$PWD/$tmp/apt/cache"
+  local apt=(-q -o Dir::Etc::sourcelist="$tmp/apt/sources.list" -o Dir::Etc::sourceparts=-
+             -o Dir::Etc::preferences="$tmp/apt/preferences" -o Dir::Etc::preferencesparts="$tmp/apt/preferences.d" -o Dir::State="$tmp/apt/state"
+             -o Dir::State::status="$tmp/apt/state/status" -o Dir::Cache="$tmp/apt/cache"
              -o APT::Sandbox::User="$(id -un)")
   say "apt-get update ($ZK39_SUITE, private state in $tmp/apt)"
   apt-get "${apt[@]}" update >/dev/null
@@ -116,7 +116,7 @@ run() {  # run LABEL [VAR=VALUE...]: probe, then pytest, with ZK_HOSTS/ZOOKEEPER
   echo "$label $rc $((SECONDS - t0))" >> "$out/runs"
 }
 run debian12
-run debian13 ZOOKEEPER_HOME="$PWD/$ZK39_HOME"
+run debian13 ZOOKEEPER_HOME="$ZK39_HOME"
 
 # -- 3. both results --------------------------------------------------------------------------------------------
 "$PY" - "$out" <<'EOF'
