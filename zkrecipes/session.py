@@ -105,15 +105,17 @@ class SessionWatcher:
             self._subs.discard(fn)
 
     def stalled_since(self, t: float) -> bool:
-        """True if the process may have stood still past the stall limit since monotonic ``t`` (noticed, or
-        the dispatcher is overdue by that much: it may not have run since the process resumed)."""
+        """True if the process may have stood still past the stall limit since monotonic ``t``: noticed after
+        ``t``, or the dispatcher overdue by that much and not noticed yet (it may not have run since the
+        process resumed; noticed once, the same overrun does not make a hold confirmed since stale again)."""
         if self.stalled_at > t:
             return True
         wake_by, now = self._wake_by, time.monotonic()
-        if wake_by is not None and now > wake_by + self.stall_limit:
+        overrun = None if wake_by is None else wake_by + self.stall_limit  # the dispatcher still waiting past it
+        if overrun is not None and now > overrun and self.stalled_at <= overrun:
             self.stalled_at = now  # noticed here first: a read confirming a hold from now on covers this stall
             return True
-        return False
+        return False  # this overrun, if noticed already (at stalled_at <= t), is not a new stall: t covers it
 
     def deadlines(self) -> Optional[Tuple[float, float]]:
         """``(in_doubt_at, lost_at)`` on the monotonic clock: from when we sent the latest request the server
