@@ -1,0 +1,204 @@
+"""Once per key: a job that many processes start (a cron fire on every host) runs in one of them.
+
+``with lock.once(key) as run:`` takes the lock, then looks for the key's *done marker*: the node
+``<path>-done/<key>``, a sibling of the lock path (never inside it: a lock path holds queue nodes only).
+``run`` is true when the key is open -- no marker, or one older than ``keep`` -- and :meth:`Once.done`
+writes the marker, fenced by the hold (:meth:`~zkrecipes.FairLock.transaction`): a holder that lost its
+hold cannot mark a key done. Whoever takes the lock next sees the marker and skips, so racing processes
+run the job once, and one that arrives after the run finished skips too; a run that failed or was cut off
+never wrote the marker, so the next one runs.
+
+Markers clean up after themselves without a sweeper: on ZooKeeper >= 3.5.3 started with
+``-Dzookeeper.extendedTypesEnabled=true`` a marker is a TTL node (the server deletes it ``keep`` after it
+was written, at its next container check), and ``<path>-done`` is a container node (deleted once empty).
+A server without TTL nodes answers UnimplementedError; then (remembered per client) markers are
+persistent nodes, and each run that writes one also deletes the markers of ``<path>-done`` older than its
+``keep``. Either way a marker counts only while younger than ``keep``, judged on the server's clock (its
+ctime against that of our lock node), so ``keep`` means the same on both kinds of server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import weakref
+from typing import TYPE_CHECKING, Iterator, List, Optional
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, UnimplementedError
+
+from . import _kazoo, naming
+from .errors import LockError, TransactionFailed
+
+if TYPE_CHECKING:
+    from ._lock import Lock
+
+__all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "marker_parent", "once", "parse_keep", "validate_keep"]
+
+log = logging.getLogger("zkrecipes.once")
+
+DEFAULT_KEEP = 86400.0  # seconds a done marker counts: a day
+MAX_KEEP = 366 * 86400.0  # a year and a day: any longer is a typo
+SUFFIX = "-done"  # markers of lock path P live under P + SUFFIX
+SWEEP_BATCH = 100  # stale markers deleted per fenced multi (far below ZooKeeper's request size limit)
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)([smhd]?)")
+
+_no_ttl: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server refused a TTL node
+
+
+def marker_parent(path: str) -> str:
+    """Where the done markers of lock path ``path`` live: ``path + "-done"``."""
+    return naming.validate_path(naming.validate_path(path) + SUFFIX)
+
+
+def validate_keep(keep: object) -> float:
+    """Return ``keep`` (seconds, > 0, at most :data:`MAX_KEEP`) as a float, else raise naming it."""
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)):
+        raise TypeError(f"keep must be a number of seconds, got {keep!r}")
+    if math.isnan(keep) or not 0 < keep <= MAX_KEEP:
+        raise ValueError(f"keep must be > 0 and at most {MAX_KEEP:g} seconds, got {keep!r}")
+    return float(keep)
+
+
+def parse_keep(text: str) -> float:
+    """Seconds in a duration written as a number with an optional unit: ``90``, ``90s``, ``30m``, ``12h``,
+    ``1d``, ``1.5h``; ValueError naming ``text`` otherwise."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not a duration (a number with an optional unit s, m, h or d, e.g. 1d): {text!r}")
+    return validate_keep(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def validate_key(path: str, key: object) -> str:
+    """Return the marker path of ``key`` for lock path ``path``; raise naming ``key`` if it is not a
+    label (a non-empty str without ``/`` or control characters), is ``.`` or ``..``, or is too long."""
+    naming.validate_label("once key", key)
+    try:
+        return naming.validate_path(f"{marker_parent(path)}/{key}")
+    except ValueError as exc:
+        raise ValueError(f"once key {key!r} does not make a usable node name: {exc}") from None
+
+
+class Once:
+    """One key's turn under a held lock: ``bool(run)`` is whether the key is open (the job is to run),
+    :meth:`done` marks it done. Made by :meth:`~zkrecipes.FairLock.once` (or ``Once(lock, key, keep)``
+    on a lock the caller then holds, followed by :meth:`look`, as the CLI does).
+
+    ``key`` and ``keep`` are checked when it is made (ValueError or TypeError naming them, no request).
+    A lock whose hold is shared -- a read lock, a semaphore -- is refused (LockError): two holders could
+    both find the key open.
+    """
+
+    def __init__(self, lock: "Lock", key: str, keep: float = DEFAULT_KEEP) -> None:
+        self.marker = validate_key(lock.path, key)
+        self.key = key
+        self.keep = validate_keep(keep)
+        if lock._kind in (naming.READ, naming.LEASE):
+            raise LockError(f"{lock.path}: once() needs a lock one process holds at a time, not {type(lock).__name__}")
+        self.lock = lock
+        self.open: Optional[bool] = None  # unknown until look()
+        self._now_ms: Optional[int] = None
+
+    def __bool__(self) -> bool:
+        if self.open is None:
+            raise LockError(f"{self.marker}: not looked at yet (hold the lock, then call look())")
+        return self.open
+
+    def look(self) -> bool:
+        """With the lock held: whether the key is open. A marker older than ``keep`` is deleted (fenced) and
+        the key is open. Raises LockLost if the hold is lost or in doubt, LockError if not held."""
+        self.lock.check()
+        client = self.lock.client
+        stat = client.exists(self.marker)
+        if stat is not None and self._stale(stat.ctime):
+            tx = self.lock.transaction()
+            tx.delete(self.marker)
+            try:
+                tx.commit()
+                log.info("%s: older than %g s, deleted", self.marker, self.keep)
+            except TransactionFailed as exc:
+                if not isinstance(exc.error, NoNodeError):  # gone already: the server's TTL got there first
+                    raise
+            stat = None
+        self.open = stat is None
+        return self.open
+
+    def done(self) -> None:
+        """Mark the key done (the job succeeded): write its marker, fenced by the hold, so nothing later
+        runs it within ``keep``. Raises :class:`~zkrecipes.LockLost` with nothing written if the hold is
+        lost or in doubt (the key stays open), LockError if the key was not open."""
+        if not self:
+            raise LockError(f"{self.marker}: the key was done already; nothing to mark")
+        client = self.lock.client
+        data = json.dumps({"host": self.lock.host, "pid": os.getpid()}, separators=(",", ":")).encode()
+        for _ in range(3):  # a missing parent: create it, then once more (a reaper may race us once)
+            tx = self.lock.transaction()
+            ttl = client not in _no_ttl
+            if ttl:
+                _kazoo.add_create_ttl(tx, self.marker, data, self.lock._acl, int(self.keep * 1000))
+            else:
+                tx.create(self.marker, data, self.lock._acl)
+            try:
+                tx.commit()
+            except TransactionFailed as exc:
+                if isinstance(exc.error, UnimplementedError) and ttl:
+                    log.info("server has no TTL nodes (zookeeper.extendedTypesEnabled): persistent markers")
+                    _no_ttl.add(client)
+                elif isinstance(exc.error, NoNodeError):
+                    with contextlib.suppress(NodeExistsError):
+                        _kazoo.create_parent(client, marker_parent(self.lock.path), self.lock._acl, True).get()
+                elif isinstance(exc.error, NodeExistsError):  # ours, from a commit whose reply was lost
+                    break
+                else:
+                    raise
+                continue
+            if not ttl:
+                self._sweep()
+            break
+        else:
+            raise LockError(f"{self.marker}: could not write the done marker (its parent kept vanishing)")
+        self.open = False
+
+    def _stale(self, ctime_ms: int) -> bool:
+        """Whether a marker written at ``ctime_ms`` (server clock) is older than ``keep``: compared with our
+        lock node's ctime, a server time no later than now (read once)."""
+        if self._now_ms is None:
+            node = self.lock.node
+            stat = self.lock.client.exists(node) if node else None
+            if stat is None:
+                self.lock.check()  # raises: our node is gone
+                raise LockError(f"{self.lock.path}: our node {node} is gone")
+            self._now_ms = stat.ctime
+        return ctime_ms + self.keep * 1000 <= self._now_ms
+
+    def _sweep(self) -> None:
+        """Without TTL nodes: delete the markers of this lock path older than ``keep`` (fenced)."""
+        client, parent = self.lock.client, marker_parent(self.lock.path)
+        stale: List[str] = []
+        for name in client.get_children(parent):
+            stat = client.exists(f"{parent}/{name}")
+            if stat is not None and stat.numChildren == 0 and self._stale(stat.ctime):
+                stale.append(f"{parent}/{name}")
+        for i in range(0, len(stale), SWEEP_BATCH):
+            tx = self.lock.transaction()
+            for path in stale[i:i + SWEEP_BATCH]:
+                tx.delete(path)
+            try:
+                tx.commit()
+            except TransactionFailed as exc:  # one went meanwhile (deleted by hand): the next run sweeps again
+                log.info("%s: sweep of stale markers not applied (%r)", parent, exc.error)
+
+
+@contextlib.contextmanager
+def once(lock: "Lock", key: str, keep: float = DEFAULT_KEEP, timeout: Optional[float] = None) -> Iterator[Once]:
+    """Hold ``lock`` (raising LockTimeout after ``timeout`` s) and yield a :class:`Once` already looked at;
+    release on exit. What :meth:`zkrecipes.FairLock.once` does."""
+    run = Once(lock, key, keep)
+    with lock.hold(timeout):
+        run.look()
+        yield run
