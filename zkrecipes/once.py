@@ -12,9 +12,10 @@ Markers clean up after themselves without a sweeper: on ZooKeeper >= 3.5.3 start
 ``-Dzookeeper.extendedTypesEnabled=true`` a marker is a TTL node (the server deletes it ``keep`` after it
 was written, at its next container check), and ``<path>-done`` is a container node (deleted once empty).
 A server without TTL nodes answers UnimplementedError; then (remembered per client) markers are
-persistent nodes, and each run that writes one also deletes the markers of ``<path>-done`` older than its
-``keep``. Either way a marker counts only while younger than ``keep``, judged on the server's clock (its
-ctime against that of our lock node), so ``keep`` means the same on both kinds of server.
+persistent nodes, and each run that writes one also deletes the markers of ``<path>-done`` older than the
+``keep`` each was written with. Either way a marker counts only while younger than the ``keep`` of the
+one looking, judged on the server's clock (its ctime against that of our lock node), so ``keep`` means the
+same on both kinds of server.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ class Once:
         if not self:
             raise LockError(f"{self.marker}: the key was done already; nothing to mark")
         client = self.lock.client
-        data = json.dumps({"host": self.lock.host, "pid": os.getpid()}, separators=(",", ":")).encode()
+        data = json.dumps({"host": self.lock.host, "pid": os.getpid(), "keep": self.keep},
+                          separators=(",", ":")).encode()
         for _ in range(3):  # a missing parent: create it, then once more (a reaper may race us once)
             tx = self.lock.transaction()
             ttl = client not in _no_ttl
@@ -164,9 +166,9 @@ class Once:
             raise LockError(f"{self.marker}: could not write the done marker (its parent kept vanishing)")
         self.open = False
 
-    def _stale(self, ctime_ms: int) -> bool:
-        """Whether a marker written at ``ctime_ms`` (server clock) is older than ``keep``: compared with our
-        lock node's ctime, a server time no later than now (read once)."""
+    def _stale(self, ctime_ms: int, keep: Optional[float] = None) -> bool:
+        """Whether a marker written at ``ctime_ms`` (server clock) is older than ``keep`` (default ours):
+        compared with our lock node's ctime, a server time no later than now (read once)."""
         if self._now_ms is None:
             node = self.lock.node
             stat = self.lock.client.exists(node) if node else None
@@ -174,15 +176,21 @@ class Once:
                 self.lock.check()  # raises: our node is gone
                 raise LockError(f"{self.lock.path}: our node {node} is gone")
             self._now_ms = stat.ctime
-        return ctime_ms + self.keep * 1000 <= self._now_ms
+        return ctime_ms + (self.keep if keep is None else keep) * 1000 <= self._now_ms
 
     def _sweep(self) -> None:
-        """Without TTL nodes: delete the markers of this lock path older than ``keep`` (fenced)."""
+        """Without TTL nodes: delete the markers of this lock path older than the keep each was written with
+        (as a TTL would), ours for a marker that does not say (fenced)."""
         client, parent = self.lock.client, marker_parent(self.lock.path)
         stale: List[str] = []
         for name in client.get_children(parent):
-            stat = client.exists(f"{parent}/{name}")
-            if stat is not None and stat.numChildren == 0 and self._stale(stat.ctime):
+            try:
+                data, stat = client.get(f"{parent}/{name}")
+            except NoNodeError:
+                continue
+            keep = naming.read_data(data).get("keep")
+            keep = keep if isinstance(keep, (int, float)) and not isinstance(keep, bool) else None
+            if stat.numChildren == 0 and self._stale(stat.ctime, keep):
                 stale.append(f"{parent}/{name}")
         for i in range(0, len(stale), SWEEP_BATCH):
             tx = self.lock.transaction()
