@@ -204,14 +204,14 @@ def test_bad_python_input_before_any_request():
     lock = FairLock(client, "/job")
     for key in ("", "a/b", ".", "x" * 5000, 5):
         with pytest.raises((TypeError, ValueError), match="once key"):
-            once.Once(lock, key)  # type: ignore[arg-type]
+            lock.once(key)
     for keep in (0, -1, float("nan"), float("inf"), "1d", True):
         with pytest.raises((TypeError, ValueError), match="keep"):
-            once.Once(lock, "k", keep)  # type: ignore[arg-type]
+            lock.once("k", keep)
     with pytest.raises(LockError, match="one process holds at a time"):
-        once.Once(ReadWriteLock(client, "/job").read(), "k")
+        ReadWriteLock(client, "/job").read().once("k")
     with pytest.raises(LockError, match="one process holds at a time"):
-        once.Once(Semaphore(client, "/job", 2), "k")
+        Semaphore(client, "/job", 2).once("k")
     assert once.parse_keep("1d") == 86400 and once.parse_keep("90m") == 5400 and once.parse_keep("90") == 90
 
 

@@ -434,9 +434,7 @@ def _check_once(args: argparse.Namespace, path: str) -> None:
 
 def _once_open(lock: Lock, args: argparse.Namespace) -> "Once":
     """With the lock held: the --once-per key's turn, looked at (stderr says so when it was done already)."""
-    from .once import Once
-
-    run = Once(lock, args.once_per, args.keep)
+    run = lock.once(args.once_per, args.keep)
     if not run.look():
         print(f"zkrecipes: {args.once_per} was done already ({run.marker}, kept {args.keep:g} s); not running",
               file=sys.stderr)

@@ -27,18 +27,36 @@ import math
 import os
 import re
 import weakref
-from typing import TYPE_CHECKING, Iterator, List, Optional
+from types import TracebackType
+from typing import Any, ContextManager, List, Optional, Protocol, Sequence, Type
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, UnimplementedError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from . import _kazoo, naming
 from .errors import LockError, TransactionFailed
+from .transaction import HeldTransaction
 
-if TYPE_CHECKING:
-    from ._lock import Lock
+__all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "marker_parent", "parse_keep", "validate_keep"]
 
-__all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "marker_parent", "once", "parse_keep", "validate_keep"]
+
+class Holder(Protocol):
+    """What :class:`Once` uses of a lock (every threaded zkrecipes lock has it)."""
+
+    client: KazooClient
+    path: str
+    host: str
+
+    @property
+    def node(self) -> Optional[str]: ...
+
+    def check(self) -> None: ...
+
+    def transaction(self) -> HeldTransaction: ...
+
+    def hold(self, timeout: Optional[float] = None) -> ContextManager[Any]: ...
+
 
 log = logging.getLogger("zkrecipes.once")
 
@@ -86,24 +104,48 @@ def validate_key(path: str, key: object) -> str:
 
 
 class Once:
-    """One key's turn under a held lock: ``bool(run)`` is whether the key is open (the job is to run),
-    :meth:`done` marks it done. Made by :meth:`~zkrecipes.FairLock.once` (or ``Once(lock, key, keep)``
-    on a lock the caller then holds, followed by :meth:`look`, as the CLI does).
+    """One key's turn under a lock, made by ``lock.once(key, keep=..., timeout=...)`` (any threaded lock
+    one process holds at a time: :meth:`zkrecipes.FairLock.once`). ``bool(run)`` is whether the key is
+    open (the job is to run); :meth:`done` marks it done.
+
+    As a context manager it holds the lock (LockTimeout after ``timeout``), looks, and releases on exit.
+    Without ``with``, hold the lock yourself and call :meth:`look` (what the CLI does).
 
     ``key`` and ``keep`` are checked when it is made (ValueError or TypeError naming them, no request).
     A lock whose hold is shared -- a read lock, a semaphore -- is refused (LockError): two holders could
     both find the key open.
     """
 
-    def __init__(self, lock: "Lock", key: str, keep: float = DEFAULT_KEEP) -> None:
+    def __init__(self, lock: Holder, key: str, keep: float = DEFAULT_KEEP, timeout: Optional[float] = None,
+                 *, acl: Sequence[ACL] = (), shared: bool = False) -> None:
         self.marker = validate_key(lock.path, key)
         self.key = key
         self.keep = validate_keep(keep)
-        if lock._kind in (naming.READ, naming.LEASE):
+        self.timeout = naming.validate_timeout(timeout)
+        if shared:
             raise LockError(f"{lock.path}: once() needs a lock one process holds at a time, not {type(lock).__name__}")
         self.lock = lock
+        self.acl = list(acl) or list(OPEN_ACL_UNSAFE)  # the lock's: for the markers and their parent
         self.open: Optional[bool] = None  # unknown until look()
         self._now_ms: Optional[int] = None
+        self._held: Optional[ContextManager[Any]] = None
+
+    def __enter__(self) -> "Once":
+        held = self.lock.hold(self.timeout)
+        held.__enter__()
+        try:
+            self.look()
+        except BaseException:
+            held.__exit__(None, None, None)
+            raise
+        self._held = held
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(et, ev, tb)
 
     def __bool__(self) -> bool:
         if self.open is None:
@@ -142,9 +184,9 @@ class Once:
             tx = self.lock.transaction()
             ttl = client not in _no_ttl
             if ttl:
-                _kazoo.add_create_ttl(tx, self.marker, data, self.lock._acl, int(self.keep * 1000))
+                _kazoo.add_create_ttl(tx, self.marker, data, self.acl, int(self.keep * 1000))
             else:
-                tx.create(self.marker, data, self.lock._acl)
+                tx.create(self.marker, data, self.acl)
             try:
                 tx.commit()
             except TransactionFailed as exc:
@@ -153,7 +195,7 @@ class Once:
                     _no_ttl.add(client)
                 elif isinstance(exc.error, NoNodeError):
                     with contextlib.suppress(NodeExistsError):
-                        _kazoo.create_parent(client, marker_parent(self.lock.path), self.lock._acl, True).get()
+                        _kazoo.create_parent(client, marker_parent(self.lock.path), self.acl, True).get()
                 elif isinstance(exc.error, NodeExistsError):  # ours, from a commit whose reply was lost
                     break
                 else:
@@ -201,12 +243,3 @@ class Once:
             except TransactionFailed as exc:  # one went meanwhile (deleted by hand): the next run sweeps again
                 log.info("%s: sweep of stale markers not applied (%r)", parent, exc.error)
 
-
-@contextlib.contextmanager
-def once(lock: "Lock", key: str, keep: float = DEFAULT_KEEP, timeout: Optional[float] = None) -> Iterator[Once]:
-    """Hold ``lock`` (raising LockTimeout after ``timeout`` s) and yield a :class:`Once` already looked at;
-    release on exit. What :meth:`zkrecipes.FairLock.once` does."""
-    run = Once(lock, key, keep)
-    with lock.hold(timeout):
-        run.look()
-        yield run
