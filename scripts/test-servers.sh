@@ -20,7 +20,7 @@ PY=.venv/bin/python
 ZK39_HOME=$(realpath -ms "${ZK39_HOME:-.venv/zookeeper-3.9}")
 ZK39_SUITE="${ZK39_SUITE:-trixie}"
 ZK39_MIRROR="${ZK39_MIRROR:-http://deb.debian.org/debian}"
-read -r -a SUITES <<< "${SERVERS_TESTS:-tests/test_locks.py tests/test_election.py tests/test_aio.py tests/test_session_loss.py tests/test_doubt_clock.py}"
+read -r -a SUITES <<< "${SERVERS_TESTS:-tests/test_locks.py tests/test_election.py tests/test_aio.py tests/test_session_loss.py tests/test_doubt_clock.py tests/test_once_per.py}"
 
 say() { echo "test-servers: $*" >&2; }
 die() { say "error: $*"; exit 1; }

@@ -23,12 +23,19 @@ from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import (
     CheckVersion,
     Connect,
+    Create,
     Create2,
     Delete,
     Exists,
     GetChildren,
+    MultiHeader,
+    SetData,
     Transaction,
+    ZnodeStat,
     int_struct,
+    long_struct,
+    read_string,
+    stat_struct,
     write_string,
 )
 from kazoo.protocol.states import KeeperState
@@ -122,6 +129,32 @@ class CreateContainer(Create2):  # type: ignore[misc]  # kazoo's requests are un
     """createContainer (opcode 19, ZooKeeper >= 3.5); its reply is path + stat, like create2."""
 
     type = 19
+
+
+class CreateTTL(collections.namedtuple("CreateTTL", "path data acl flags ttl")):
+    """createTTL (opcode 21; ZooKeeper >= 3.5.3 started with ``-Dzookeeper.extendedTypesEnabled=true``,
+    else the server answers UnimplementedError): with flags 5 (PERSISTENT_WITH_TTL) a persistent node the
+    server deletes once it has had no child and no change for ``ttl`` ms (its container reaper looks every
+    ``znode.container.checkIntervalMs``). Its reply, alone or in a multi, is path + stat, like create2.
+    kazoo 2.9.0-2.11.0 has no TTL nodes."""
+
+    type = 21
+
+    def serialize(self) -> bytearray:
+        b = bytearray(Create2(self.path, self.data, self.acl, self.flags).serialize())
+        b.extend(long_struct.pack(self.ttl))
+        return b
+
+    deserialize = Create2.deserialize
+
+
+PERSISTENT_WITH_TTL = 5  # CreateMode flags of a createTTL
+
+
+def add_create_ttl(tx: TransactionRequest, path: str, data: bytes, acl: Sequence[ACL], ttl_ms: int) -> None:
+    """Add a createTTL of ``path`` to kazoo's transaction ``tx`` (``_add``; 2.9.0-2.11.0). Its result reads
+    as kazoo's create results do, the path, once the multi is sent by :func:`commit_fenced`."""
+    tx._add(CreateTTL(tx.client.chroot + path, data, list(acl), PERSISTENT_WITH_TTL, ttl_ms))
 
 
 class RemoveWatches:
@@ -471,6 +504,33 @@ class _FencedMulti(Transaction):  # type: ignore[misc]  # kazoo's requests are u
         if client._session_id != session:  # no node has version -2: the multi fails, nothing applied
             return Transaction([CheckVersion(node, -2)]).serialize()  # type: ignore[no-any-return]
         return super().serialize()  # type: ignore[no-any-return]
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> List[Any]:
+        """kazoo's multi results, also for the create2-family operations it does not read (createTTL: the
+        server answers path + stat, header type create2), each read as kazoo reads a create: the path."""
+        header = MultiHeader(None, False, None)
+        results: List[Any] = []
+        while not header.done:
+            if header.type is not None:
+                response: Any
+                if header.type == Create.type:
+                    response, offset = read_string(buf, offset)
+                elif header.type in (Create2.type, CreateContainer.type, CreateTTL.type):
+                    response, offset = read_string(buf, offset)
+                    offset += stat_struct.size
+                elif header.type == SetData.type:
+                    response = ZnodeStat._make(stat_struct.unpack_from(buf, offset))
+                    offset += stat_struct.size
+                elif header.type == -1:
+                    err = int_struct.unpack_from(buf, offset)[0]
+                    offset += int_struct.size
+                    response = kazoo.exceptions.EXCEPTIONS[err]()
+                else:  # delete, check
+                    response = True
+                results.append(response)
+            header, offset = MultiHeader.deserialize(buf, offset)
+        return results
 
 
 def commit_fenced(client: KazooClient, operations: Sequence[Request], session: int, *nodes: str) -> AsyncResult:

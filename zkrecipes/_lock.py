@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -36,6 +36,9 @@ from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
+
+if TYPE_CHECKING:
+    from .once import Once
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -739,6 +742,17 @@ class Lock(Threaded, LockCore):
             yield self
         finally:
             self.release()
+
+    def once(self, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "Once":
+        """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout
+        after ``timeout``), then ``run`` is true if ``key`` was not done within ``keep`` seconds (default a
+        day) by anyone holding this lock path; ``run.done()`` marks it done, fenced by the hold. A job that
+        raises, or a hold lost before ``done()``, leaves the key open. See :doc:`/once` and
+        :class:`~zkrecipes.once.Once`. A bad key or keep, or a read lock or semaphore, raises before any
+        request."""
+        from .once import Once
+
+        return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (naming.READ, naming.LEASE))
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

@@ -5,7 +5,8 @@ Run a command only while a lock or leadership is held, see who holds what, or wa
 Everything after the first ``--`` is the command; options of ``zkrecipes`` go before it, on either side
 of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 
-Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
+Exit codes: the command's own status (128+N if it died of signal N), or with ``--once-per`` 0 (or
+``--exit-if-done N``) when the key was done already; 1 the demo's verdict failed; 2 bad
 usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
 out waiting, or the hold fell in doubt while the command ran (it got SIGTERM, then SIGKILL after ``--grace``
 or just before the session could expire, whichever is first);
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from ._connect import Security
     from ._lock import Lock
+    from .once import Once
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -48,6 +50,7 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 
 EXIT_CODES = f"""exit codes:
   N    lock/elect: the command's own exit status (128+S if it died of signal S)
+  0    lock --once-per: KEY was done already, the command not run (--exit-if-done N: N instead)
   {EXIT_FAILED}    demo: a verdict check failed
   {EXIT_USAGE}    bad usage or input (path, missing command, chroot, a path another recipe uses, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
@@ -367,6 +370,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.leases and args.protocol != "zkrecipes":
         raise _fail(f"-n has no --protocol {args.protocol} (zkrecipes' semaphore only)", EXIT_USAGE)
     grace = _check_grace(args.grace, args.session_timeout)
+    _check_once(args, path)
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
@@ -395,13 +399,76 @@ def cmd_lock(args: argparse.Namespace) -> int:
             ahead = "?" if progress.ahead is None else progress.ahead  # None: it never got to wait in line
             raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
         try:
+            run = None if args.once_per is None else _once_open(lock, args)
+            if run is not None and not run:
+                return int(args.exit_if_done)
             outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"the lock on {path}"),
                                grace)
+            if run is not None and outcome.status == 0:
+                _once_done(run, path)
             return outcome.status
         finally:
             lock.release()
     finally:
         _close(client)
+
+
+def _check_once(args: argparse.Namespace, path: str) -> None:
+    """Refuse --once-per's options where they mean nothing or could not hold (exit 2, no request)."""
+    from . import once
+
+    if args.once_per is None:
+        if args.keep is not None or args.exit_if_done is not None:
+            raise _fail("--keep and --exit-if-done go with --once-per KEY", EXIT_USAGE)
+        return
+    if args.read or args.leases:
+        raise _fail(f"--once-per needs a lock one host holds at a time, not {'--read' if args.read else '-n'}",
+                    EXIT_USAGE)
+    try:
+        once.validate_key(path, args.once_per)
+    except ValueError as exc:
+        raise _fail(f"bad --once-per: {exc}", EXIT_USAGE) from None
+    args.keep = once.DEFAULT_KEEP if args.keep is None else args.keep
+    args.exit_if_done = 0 if args.exit_if_done is None else args.exit_if_done
+
+
+def _once_open(lock: Lock, args: argparse.Namespace) -> "Once":
+    """With the lock held: the --once-per key's turn, looked at (stderr says so when it was done already)."""
+    run = lock.once(args.once_per, args.keep)
+    if not run.look():
+        print(f"zkrecipes: {args.once_per} was done already ({run.marker}, kept {args.keep:g} s); not running",
+              file=sys.stderr)
+    return run
+
+
+def _once_done(run: "Once", path: str) -> None:
+    """The command exited 0: mark the key done, or exit 75 if the hold was lost first (the key stays open)."""
+    from .errors import LockLost
+
+    try:
+        run.done()
+    except LockLost as exc:
+        raise _fail(f"the command succeeded but {run.key} was not marked done, so it stays open: {exc}",
+                    EXIT_TEMPFAIL) from None
+
+
+def _keep(text: str) -> float:
+    from .once import parse_keep
+
+    try:
+        return parse_keep(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _exit_code(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"--exit-if-done wants an exit status 0..255: {text!r}")
+    return value
 
 
 def cmd_elect(args: argparse.Namespace) -> int:
@@ -695,6 +762,14 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
                     help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
                          "curator: InterProcessMutex, or with --read/--write InterProcessReadWriteLock")
+    lk.add_argument("--once-per", metavar="KEY",
+                    help="run CMD once per KEY across every host running this with the same PATH and KEY: "
+                         "the others (also later ones) exit 0 without running it; a failed or cut-off run "
+                         "leaves KEY open (see docs/cli.rst)")
+    lk.add_argument("--keep", type=_keep, metavar="DURATION",
+                    help="with --once-per: how long KEY stays done, e.g. 1d (default), 12h, 30m, 90 (seconds)")
+    lk.add_argument("--exit-if-done", type=_exit_code, metavar="N",
+                    help="with --once-per: exit N instead of 0 when KEY was done already")
     common(lk)
     lk.set_defaults(func=cmd_lock, parser=lk)
 

@@ -146,6 +146,10 @@ class Ensemble:
     stay open. ``sasl_users={"bob": "pw"}`` makes every server require SASL DIGEST-MD5 from each session
     (``enforce.auth``, ZooKeeper >= 3.7) for those users; ``client_sasl("bob")`` gives the keyword
     arguments (needs the ``pure-sasl`` package).
+
+    ``extended_types=True`` (the default) starts the servers with ``-Dzookeeper.extendedTypesEnabled=true``,
+    which ZooKeeper >= 3.5.3 needs for TTL nodes (``zkrecipes lock --once-per`` uses them for its done
+    markers); ``False`` leaves it out, as a server configured by default runs.
     """
 
     size: int
@@ -166,6 +170,7 @@ class Ensemble:
         workdir: Optional[str] = None,
         tls: bool = False,
         sasl_users: Optional[Mapping[str, str]] = None,
+        extended_types: bool = True,
     ) -> None:
         if not isinstance(tls, bool):
             raise ValueError(f"tls must be a bool, got {tls!r}")
@@ -180,6 +185,7 @@ class Ensemble:
         self.max_session_ms = max_session_ms
         self.start_timeout = start_timeout
         self.jvm_opts = list(jvm_opts)
+        self.extended_types = bool(extended_types)
         self.classpath = classpath or find_classpath()
         self.java = find_java()
         self._own_dir = workdir is None
@@ -332,6 +338,7 @@ class Ensemble:
             "-Dzookeeper.root.logger=INFO,CONSOLE",
             f"-Dzookeeper.log.dir={d}",
             "-Dznode.container.checkIntervalMs=500",
+            *(["-Dzookeeper.extendedTypesEnabled=true"] if self.extended_types else []),  # TTL nodes
             "-Dzookeeper.admin.enableServer=false",
             *([f"-Djava.security.auth.login.config={os.path.join(self.workdir, 'jaas.conf')}"]
               if self.sasl_users else []),
