@@ -29,13 +29,12 @@ from kazoo.exceptions import ConnectionLoss, KazooException
 from tooz import ToozError, coordination, locking, utils
 from tooz.drivers import zookeeper
 
-from . import _engine, _kazoo, formats, naming
+from . import _engine, _kazoo, formats, naming, rwlock
 from ._lock import predecessor
 from .election import LeaderElection
 from .errors import LockError, LockLost
 from .naming import Contender
 from .revoke import break_lock
-from .rwlock import ReadWriteLock
 from .session import LOST
 
 log = logging.getLogger("zkrecipes.tooz")
@@ -70,7 +69,7 @@ class ZkrecipesLock(locking.Lock):
     object that holds shared adds a level. Errors from ZooKeeper are raised as :class:`tooz.ToozError`.
     """
 
-    def __init__(self, name: bytes, rw: ReadWriteLock) -> None:
+    def __init__(self, name: bytes, rw: rwlock.ReadWriteLock) -> None:
         super().__init__(name)
         self._rw = rw
         self._busy = threading.Lock()  # held while this object holds (any thread releases it)
@@ -316,7 +315,7 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
     # -- locks ---------------------------------------------------------------------------------------
     def get_lock(self, name: bytes) -> ZkrecipesLock:  # type: ignore[override]  # (not a kazoo Lock)
         path = self._paths_join("/", self._namespace, "locks", name)
-        rw = ReadWriteLock(self._coord, path, self._member_text(), protocol=FORMAT, owner="object")
+        rw = rwlock.ReadWriteLock(self._coord, path, self._member_text(), protocol=FORMAT, owner="object")
         return ZkrecipesLock(name, rw)
 
     def _member_text(self) -> str:
