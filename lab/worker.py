@@ -43,7 +43,8 @@ FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0
 RW_WRITE_SHARE = 0.25
 FENCED = ("fair", "rw", "election")  # implementations whose register operations must carry a token
 MIXED_IMPLS = ("mk-zk", "mk-kazoo", "mk-refusal", "mc-zk", "mc-curator")  # lab.mixed_worker's loops
-TRIAL_MODULES = {"semaphore": "lab.semaphore_trial", "txn": "lab.txn_trial", "aio": "lab.aio_trial"}
+TRIAL_MODULES = {"semaphore": "lab.semaphore_trial", "txn": "lab.txn_trial", "aio": "lab.aio_trial",
+                 "handover": "lab.handover_trial", "multilock": "lab.multilock_trial", "revoke": "lab.revoke_trial"}
 REDIS_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 
