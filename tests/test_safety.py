@@ -125,15 +125,19 @@ def test_cli_trial_never_runs_two_commands_at_once(tmp_path):
 
 # the trials with modules of their own (issue 26): their short run injects pause and session-expiry, each
 # aimed at a holder of one of the trial's zkrecipes recipes in turn
-NEW_TRIALS = {"semaphore": ("sem",), "txn": ("txn",), "aio": ("aio-fair", "aio-sem", "aio-rw")}
+# (issue 38) hand-over, MultiLock and revocation/break: about 15-17 s each too, 50 s for the three
+NEW_TRIALS = {"semaphore": ("sem",), "txn": ("txn",), "aio": ("aio-fair", "aio-sem", "aio-rw"),
+              "handover": ("handover",), "multilock": ("ml-a", "ml-b"), "revoke": ("revoke",)}
 NEW_DEADLINE = 120.0  # seconds; each takes about 15-20 s on two CPUs
 
 
 @pytest.mark.parametrize("trial", sorted(NEW_TRIALS))
 def test_short_run_of_new_trials(tmp_path, trial):
-    """``python -m lab.run --trials semaphore|txn|aio``: the zkrecipes entries show no accepted overlap (for
-    the semaphore: never more than 3 holders inside at once), no lost increment, every loss notice, no
-    orphan and no hung worker; baselines (kazoo's Semaphore, the unfenced control) are only reported."""
+    """``python -m lab.run --trials semaphore|txn|aio|handover|multilock|revoke``: the zkrecipes entries show
+    no accepted overlap (for the semaphore: never more than 3 holders inside at once), no lost increment,
+    every loss notice, no orphan and no hung worker (and each trial's own claims: no deadlock, a hold
+    released from the thread it was handed to, breaks told and fenced); baselines (kazoo's Semaphore, the
+    unfenced control) are only reported."""
     try:
         find_classpath()
     except ZooKeeperNotFound as exc:
@@ -173,6 +177,16 @@ def test_short_run_of_new_trials(tmp_path, trial):
         t = res["totals"]["txn"]
         assert t["counter"]["value"] == t["accepted_writes"] == t["counter"]["version"] > 0, where
         assert res["totals"]["txn-control"]["baseline"], where
+    if trial == "handover":  # every hold was released by the thread it was handed to
+        t = res["totals"]["handover"]
+        assert t["handed_over"] >= t["grants"] - 1 and t["release_errors"] == 0, where  # (the last may be cut)
+    if trial == "multilock":  # both fleets ran, and neither deadlocked nor broke the order (hard checks below)
+        assert len(res["totals"]["ml-a"]["fleets"]) == 2, where
+    if trial == "revoke":  # the operator asked, broke hung holders and tried a gone holder's token
+        t = res["totals"]["revoke"]
+        assert t["operator"]["revoke"] >= 3 and t["operator"]["break"] >= 1, where
+        assert t["operator"]["stale_break_refused"] >= 1 and t["revoke_notices_got"] >= 1, where
+        assert t["ops_rejected"] >= 1, f"no broken holder's write was presented to the register\n{where}"
 
     # the verdict
     for impl in mine:
