@@ -23,7 +23,8 @@ What is checked (:func:`check`, beside :func:`lab.check.check_trial`), and what 
   reported; the claim is ``stale_accepted`` = 0: no accepted operation of a hold after an accepted
   operation of a hold granted later -- beside 0 accepted overlaps and 0 lost increments;
 - every broken hold still in progress when the break was done is told it lost (a ``lost`` listener call
-  or a failed ``check()``) before it releases: ``notices`` of the ``break`` row, at most the session
+  or a failed ``check()``) by the end of its release (as :func:`lab.check.check_trial` counts notices):
+  ``notices`` of the ``break`` row, at most the session
   timeout + 1 s late (measured from the break, or from the end of a pause or partition the holder was in);
 - every marked hold still in progress ``REVOKE_SLACK`` after it could hear of the mark (after the mark
   was stored, or after the pause or partition the nemesis had it in then), and not lost by then (a lost
@@ -217,10 +218,12 @@ def judge(res: dict, events: list, nemesis: list, log: list, T: float) -> None:
             continue
         if e["ev"] == "grant":
             holds[e["hold"]] = {"id": e["hold"], "pid": e["pid"], "token": e.get("token"), "node": e.get("node") or "",
-                                "grant": e["t"], "end": None, "notices": [], "revoke_told": [],
+                                "grant": e["t"], "end": None, "release": None, "notices": [], "revoke_told": [],
                                 "stubborn": e.get("stubborn")}
         elif e["ev"] == "release_start" and e["hold"] in holds:
             holds[e["hold"]]["end"] = e["t"]
+        elif e["ev"] == "release" and e["hold"] in holds:
+            holds[e["hold"]]["release"] = e["t"]
         elif e["ev"] == "state" and e.get("hold") in holds:
             if e.get("state") == "lost":
                 holds[e["hold"]]["notices"].append(e["t"])
@@ -246,7 +249,8 @@ def judge(res: dict, events: list, nemesis: list, log: list, T: float) -> None:
             continue  # released before the break was done (or killed): nothing to tell
         row["hits"] += 1
         row["notices_needed"] += 1
-        told = [x for x in h["notices"] if x >= e["start"] and (h["end"] is None or x <= h["end"])]
+        last = h["release"] or h["end"]  # (as check_trial: a notice while release() runs counts)
+        told = [x for x in h["notices"] if x >= e["start"] and (last is None or x <= last)]
         if not told:
             findings.append({"what": "missed break notice", "t": e["end"], "hold": h["id"]})
             continue

@@ -40,22 +40,29 @@ Trials (``--trials``, comma-separated):
                zkrecipes ``FairLock(protocol="kazoo"|"curator")`` beside kazoo's ``Lock`` or Curator's
                ``InterProcessMutex`` (Java workers, baselines) on one path, every hold fenced and verified,
                plus a default-format fleet that must be refused beside kazoo (:mod:`lab.mixed_trial`)
+``handover``   ``FairLock(owner="object")`` taken on one thread and released on another (:mod:`lab.handover_trial`)
+``multilock``  ``MultiLock`` over two paths, even slots listing them in one order, odd in the other; deadlocks
+               counted from the locks' states (:mod:`lab.multilock_trial`)
+``revoke``     an operator thread here asks holders to let go (``request_revoke``) and breaks the hung ones
+               (``break_lock``); their late writes must be refused by the register (:mod:`lab.revoke_trial`)
 
 The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--trials
-semaphore,txn,aio`` without ``--long`` runs those with ``pause`` and ``session-expiry`` only, aimed at
-their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs every trial with each fault three
-times (the ``cli`` trial: 20 silent partitions and 5 cuts). Without ``--long``, the mixed trials inject
-one ``session-expiry`` and one ``pause``. When every fault of a holder kind has struck no holder (the
-holder released before the fault landed), that kind is injected again, up to ``RETRIES`` more times.
+semaphore,txn,aio`` (or ``handover,multilock,revoke``) without ``--long`` runs those with ``pause`` and
+``session-expiry`` only, aimed at their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs
+every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts). Without
+``--long``, the mixed trials inject one ``session-expiry`` and one ``pause``. When every fault of a holder
+kind has struck no holder (the holder released before the fault landed), that kind is injected again, up
+to ``RETRIES`` more times.
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
 status is 1 when a zkrecipes entry (not a baseline: kazoo, Curator, Redis, the unfenced control) broke
 what docs/safety.rst claims for it (``HARD_CHECKS``: an accepted or unsafe overlap -- for the ``txn``
-trial an applied stale operation --, a lost increment, a grant out of order, a missed or late loss
-notice, an orphan node, a hung worker), or failed a trial's own check (a mixed trial's valid overlaps or
-refusals), or when a holder fault kind scheduled in a trial with a zkrecipes entry struck no holder.
+trial an applied stale operation, for ``revoke`` an accepted one --, a lost increment, a grant out of
+order, a missed or late loss notice, an orphan node, a hung worker; ``MORE_CHECKS``: a trial's own, such
+as a MultiLock deadlock), or failed a trial's own check (a mixed trial's valid overlaps or refusals),
+or when a holder fault kind scheduled in a trial with a zkrecipes entry struck no holder.
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 

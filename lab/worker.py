@@ -14,8 +14,9 @@ Implementations (``impl`` in the config):
 - ``kazoo``: kazoo's own ``Lock``. It has no fencing token (the node's czxid would take an extra read)
   and never tells a holder its session ended; ``is_acquired`` is checked before each operation (it is
   all kazoo offers) and the register is used unfenced.
-- ``semaphore``, ``txn``, ``aio``: see :mod:`lab.semaphore_trial`, :mod:`lab.txn_trial` and
-  :mod:`lab.aio_trial` (``run_worker(worker)``, with this class's recorder, client and stop handling).
+- ``semaphore``, ``txn``, ``aio``, ``handover``, ``multilock``, ``revoke``: see :mod:`lab.semaphore_trial`,
+  :mod:`lab.txn_trial`, :mod:`lab.aio_trial`, :mod:`lab.handover_trial`, :mod:`lab.multilock_trial` and
+  :mod:`lab.revoke_trial` (``run_worker(worker)``, with this class's recorder, client and stop handling).
 - ``redis``: the classic single-instance Redis lock: ``SET key token NX PX ttl`` polled every 1 ms,
   released with a Lua compare-and-delete. Its random token is not ordered, so the register is unfenced.
 

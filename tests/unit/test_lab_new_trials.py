@@ -72,6 +72,7 @@ def _hold(hid: str, pid: int, token: int, grant: float, end: float, states=(), c
     if check_fail is not None:
         ev.append({"t": check_fail, "ev": "check_fail", "pid": pid, "impl": "revoke", "hold": hid})
     ev.append({"t": end, "ev": "release_start", "pid": pid, "impl": "revoke", "hold": hid})
+    ev.append({"t": end + 0.08, "ev": "release", "pid": pid, "impl": "revoke", "hold": hid})
     return ev
 
 
@@ -126,3 +127,15 @@ def test_hard_checks_include_each_trials_own():
     assert "unsafe" not in hard_checks("revoke")
     assert {"stale_accepted", "revoke_notices_missed", "wrong_breaks", "orphans"} <= set(hard_checks("revoke"))
     assert "release_errors" in hard_checks("handover")
+
+
+def test_a_break_notice_during_release_counts():
+    """A hung holder broken while paused wakes, writes (refused) and begins its release; the loss is
+    reported while release() runs: told, as check_trial counts notices (seen with seed 3)."""
+    events = _hold("h", 1, 5, 1.0, 5.0, states=[(5.01, "lost")])
+    res = _revoke_res()
+    res["faults"] = [{"kind": "pause", "target_pid": 1, "start": 2.0, "end": 5.002}]
+    revoke_trial.judge(res, sorted(events, key=lambda e: e["t"]), [{"ev": "break", "start": 3.0, "end": 3.01,
+                                                                     "token": 5}], [], 3.0)
+    row = res["impls"]["revoke"]["rows"]["break"]
+    assert (row["notices_needed"], row["notices_got"], row["max_notice_delay"]) == (1, 1, 0.008)
