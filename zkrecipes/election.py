@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, TypeVar
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from . import _engine, naming, retry
+from . import metrics as _metrics
 from ._drive import Driver, never
 from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
 from ._gate import release_hold
@@ -42,6 +43,7 @@ class ElectionCore(Participant):
 
     _recipe = "election"
     _title = "LeaderElection"
+    _metric = "election"
 
     def _setup(self) -> None:
         self._lock = threading.Lock()  # guards _hold and _campaigning
@@ -54,7 +56,7 @@ class ElectionCore(Participant):
         """A candidate's queue: the predecessor rule, our node read back before we lead."""
         prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
         return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format, seen=self._seen_by()
         )
 
     def _campaign(self, fresh: bool) -> Steps[bool]:
@@ -62,6 +64,11 @@ class ElectionCore(Participant):
         cancel -- also one that comes as ZooKeeper grants leadership: our node is then deleted. ``fresh``:
         forget an earlier cancel(); run() passes False when it campaigns again after a term, so a
         cancel() that came after it last looked is not lost."""
+        steps = self._campaign_steps(fresh)
+        hooks = _metrics._hooks
+        return steps if hooks is None else _metrics.timed_acquire(hooks, self, steps)
+
+    def _campaign_steps(self, fresh: bool) -> Steps[bool]:
         with self._lock:
             if self._hold is not None and self._hold.state != LOST:
                 return True

@@ -23,6 +23,7 @@ class ExclusiveRecipe(LockCore):
     _gate_key = "exclusive"
     _recipe = "exclusive"  # zkrecipes' own format only
     _title = "ExclusiveLock"
+    _metric = "exclusive"
 
     def _steps(self, peek: bool = False) -> Steps[Entry]:
         guid = naming.new_guid()
