@@ -28,7 +28,7 @@ class ExclusiveRecipe(LockCore):
     def _steps(self, peek: bool = False) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
-        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen, self._format, peek)
+        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen_by(), self._format, peek)
 
     def _contenders(self) -> Steps[List[Contender]]:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""
