@@ -5,6 +5,8 @@ turn them into their libraries' instruments; ``zkrecipes status --watch`` follow
 from __future__ import annotations
 
 import asyncio
+import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 from lockhelpers import FAST_RECONNECT, wait_until
+from test_cli import ZKRECIPES, Cli
 
 import zkrecipes
 import zkrecipes.aio as aio
@@ -319,7 +322,7 @@ def test_prometheus_adapter_exposes_the_named_metrics(zk_factory):
         names = {m.name for m in registry.collect()}
         assert {"zkrecipes_acquire_wait_seconds", "zkrecipes_hold_seconds", "zkrecipes_holding", "zkrecipes_waiting",
                 "zkrecipes_lost", "zkrecipes_suspended", "zkrecipes_retries", "zkrecipes_nudges"} <= names
-        assert metrics.installed() is hooks
+        assert metrics.installed is hooks
     finally:
         metrics.uninstall()
 
@@ -415,3 +418,53 @@ def test_importing_zkrecipes_imports_no_metrics_library():
             "print(sorted(m for m in sys.modules if m.startswith(('prometheus_client', 'opentelemetry'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+# -- zkrecipes status --watch ------------------------------------------------------------------------------
+def test_status_watch_shows_holders_and_waiters_with_how_long(zk_ensemble, zk_namespace, zk_factory, tmp_path):
+    """A row appears when a lock is taken and again when another waits; FOR counts; Ctrl-C exits 0."""
+    cli = Cli(zk_ensemble.hosts + zk_namespace, tmp_path)  # (the test's namespace, as zk_factory's clients)
+    proc = subprocess.Popen(ZKRECIPES + ["status", "/watched", "--watch", "--hosts", cli.hosts],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env,
+                            stdin=subprocess.DEVNULL)
+    lines: "queue.Queue[str]" = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+
+    def screen_with(*words: str, timeout: float = 30.0) -> List[List[str]]:
+        """The next table (lines until the next timestamp) with a line containing all ``words``."""
+        deadline, table = time.monotonic() + timeout, []
+        while time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            table.append(line.split())
+            if any(all(w in row for w in words) for row in table):
+                return table
+        pytest.fail(f"status --watch showed no row with {words} within {timeout} s (exit {proc.poll()})")
+
+    try:
+        screen_with("/watched:", "no")  # "/watched: no holders or waiters"
+        client = zk_factory()
+        holder = FairLock(client, "/watched", identifier="alpha")
+        assert holder.acquire()
+        table = screen_with("alpha", "holding")
+        header = next(row for row in table if "POSITION" in row)
+        assert header == ["POSITION", "NODE", "KIND", "HOST", "PID", "IDENTIFIER", "AGE", "STATE", "FOR"]
+        waiter = FairLock(zk_factory(), "/watched", identifier="beta")
+        t = threading.Thread(target=lambda: waiter.acquire(timeout=30) and waiter.release())
+        t.start()
+        table = screen_with("beta", "waiting")
+        rows = {row[5]: row for row in table if len(row) == 9 and row[0].isdigit()}
+        assert rows["alpha"][7] == "holding" and rows["beta"][7] == "waiting", table
+        assert 0 <= float(rows["beta"][8]) <= float(rows["alpha"][8]) < 60, table  # held longer than waited
+        time.sleep(0.2)
+        holder.release()
+        t.join(30)
+        screen_with("/watched:", "no")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

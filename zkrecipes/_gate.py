@@ -373,6 +373,6 @@ def release_hold(hold: Any) -> Steps[None]:
             hold.mark_lost()
     finally:
         hold.close()
-        hooks = _metrics._hooks
+        hooks = _metrics.installed
         if hooks is not None:
             _metrics.ended(hooks, hold)

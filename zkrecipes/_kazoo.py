@@ -303,7 +303,7 @@ class Nudger:
             waiting = self.armed = True
             if now - oldest >= NUDGE_AFTER and h._nudged != oldest and conn.client._state in _LIVE:
                 h._nudged, h.nudges = oldest, h.nudges + 1
-                hooks = _metrics._hooks
+                hooks = _metrics.installed
                 if hooks is not None:
                     _metrics.call(hooks.nudge)
                 log.debug("no reply for %.0f ms: nudging the server", (now - oldest) * 1e3)

@@ -256,7 +256,7 @@ class Participant(NamedInit):
     def _set_state(self, state: str) -> None:
         """Record ``state`` and tell the listeners and the metrics hooks once per change (never from
         kazoo's threads)."""
-        hooks = _metrics._hooks
+        hooks = _metrics.installed
         if not self._listeners and hooks is None:  # nobody to tell: a plain store (a listener added
             self._state = state  # meanwhile sees the next change)
             return
@@ -270,10 +270,16 @@ class Participant(NamedInit):
             _metrics.call(hooks.state, self._metric, self.path, old, state)
         self._call_listeners(listeners, state)
 
+    def _timed(self, steps: Steps[bool]) -> Steps[bool]:
+        """An acquire's (campaign's) steps, timed for the metrics hooks if any are installed."""
+        hooks = _metrics.installed
+        return steps if hooks is None else _metrics.timed_acquire(hooks, self._metric, self.path, self._is_cancelled,
+                                                                   steps)
+
     def _seen_by(self) -> Optional[Callable[[int], None]]:
         """The ``seen(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""
-        hooks = _metrics._hooks
-        return self._seen if hooks is None else _metrics.seen(hooks, self, self._seen)
+        hooks = _metrics.installed
+        return self._seen if hooks is None else _metrics.seen(hooks, self._metric, self.path, self._seen)
 
     def _call_listeners(self, listeners: List[Listener], state: str) -> None:
         for fn in listeners:
@@ -424,9 +430,7 @@ class LockCore(Participant):
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         """Enter the gate (re-entry, a local reader joining, or our turn to queue), queue our node, hold.
         False on a miss, the deadline or a cancel (our node deleted). Timed for the metrics hooks."""
-        steps = self._acquire_steps(me, blocking)
-        hooks = _metrics._hooks
-        return steps if hooks is None else _metrics.timed_acquire(hooks, self, steps)
+        return self._timed(self._acquire_steps(me, blocking))
 
     def _acquire_steps(self, me: Owner, blocking: bool) -> Steps[bool]:
         gate = self._gate_for(me)

@@ -19,7 +19,6 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, TypeVar
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
 from . import _engine, naming, retry
-from . import metrics as _metrics
 from ._drive import Driver, never
 from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
 from ._gate import release_hold
@@ -64,9 +63,7 @@ class ElectionCore(Participant):
         cancel -- also one that comes as ZooKeeper grants leadership: our node is then deleted. ``fresh``:
         forget an earlier cancel(); run() passes False when it campaigns again after a term, so a
         cancel() that came after it last looked is not lost."""
-        steps = self._campaign_steps(fresh)
-        hooks = _metrics._hooks
-        return steps if hooks is None else _metrics.timed_acquire(hooks, self, steps)
+        return self._timed(self._campaign_steps(fresh))
 
     def _campaign_steps(self, fresh: bool) -> Steps[bool]:
         with self._lock:

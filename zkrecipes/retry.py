@@ -85,7 +85,7 @@ class Attempts:
             wait = min(wait, self.deadline - now)
         state.idle_for += wait
         state.prepare_for_next_attempt()
-        hooks = _metrics._hooks
+        hooks = _metrics.installed
         if hooks is not None:
             _metrics.call(hooks.retry, type(error).__name__)
         return wait

@@ -78,29 +78,26 @@ class Hooks:
         """A server that sat on a reply was nudged (a ZooKeeper 3.6.0-3.8.0 bug, ZOOKEEPER-4537)."""
 
 
-_hooks: Optional[Hooks] = None  # the installed hooks; the core reads this global once per event
+#: The installed hooks, or None (read-only: change it with :func:`install` and :func:`uninstall`). The core
+#: reads this global once per event.
+installed: Optional[Hooks] = None
 _install_lock = threading.Lock()
 
 
 def install(hooks: Hooks) -> None:
     """Send every event of this process to ``hooks`` from now on (replacing any installed before)."""
-    global _hooks
+    global installed
     if not isinstance(hooks, Hooks):
         raise TypeError(f"hooks must be a zkrecipes.metrics.Hooks, got {hooks!r}")
     with _install_lock:
-        _hooks = hooks
+        installed = hooks
 
 
 def uninstall() -> None:
     """Stop sending events (a no-op if no hooks are installed)."""
-    global _hooks
+    global installed
     with _install_lock:
-        _hooks = None
-
-
-def installed() -> Optional[Hooks]:
-    """The installed hooks, or None."""
-    return _hooks
+        installed = None
 
 
 def call(fn: Callable[..., None], *args: Any) -> None:
@@ -111,26 +108,29 @@ def call(fn: Callable[..., None], *args: Any) -> None:
         log.exception("metrics hook %r failed", fn)
 
 
-def timed_acquire(hooks: Hooks, obj: Any, steps: Generator[Any, Any, bool]) -> Generator[Any, Any, bool]:
-    """``steps`` (an acquire's, returning True/False) with ``hooks.acquired`` told once when they end."""
+def timed_acquire(
+    hooks: Hooks, recipe: str, path: str, cancelled: Callable[[], bool], steps: Generator[Any, Any, bool]
+) -> Generator[Any, Any, bool]:
+    """``steps`` (an acquire's, returning True/False) with ``hooks.acquired`` told once when they end
+    (``cancelled()`` says whether a False is a cancel)."""
     start, outcome = time.monotonic(), ERROR
     try:
         got = yield from steps
-        outcome = ACQUIRED if got else CANCELLED if obj._cancelled else TIMEOUT
+        outcome = ACQUIRED if got else CANCELLED if cancelled() else TIMEOUT
         return got
     except BaseException as exc:
         if not isinstance(exc, Exception):  # Ctrl-C, a cancelled asyncio task, a driver closing the steps
             outcome = CANCELLED
         raise
     finally:
-        call(hooks.acquired, obj._metric, obj.path, time.monotonic() - start, outcome)
+        call(hooks.acquired, recipe, path, time.monotonic() - start, outcome)
 
 
-def seen(hooks: Hooks, obj: Any, also: Optional[Callable[[int], None]]) -> Callable[[int], None]:
+def seen(hooks: Hooks, recipe: str, path: str, also: Optional[Callable[[int], None]]) -> Callable[[int], None]:
     """The ``seen(n)`` an acquire is given: ``hooks.waiting``, then ``also`` (see ``on_ahead``)."""
 
     def tell(n: int) -> None:
-        call(hooks.waiting, obj._metric, obj.path, n)
+        call(hooks.waiting, recipe, path, n)
         if also is not None:
             also(n)
 
