@@ -6,8 +6,8 @@ installed each event costs one check of a module global. The adapters :mod:`zkre
 and :mod:`zkrecipes.metrics.opentelemetry` are such objects (optional extras: this module imports neither
 library).
 
-Where each hook is called (hooks must be quick, must not block and must be thread-safe; an exception a
-hook raises is logged and swallowed):
+Where each hook is called -- never on kazoo's own threads (hooks must be quick, must not block and must be
+thread-safe; an exception a hook raises is logged and swallowed):
 
 ==============  ==========================================================================================
 ``acquired``    once per ``acquire()`` / ``campaign()`` / lease request, when it returns or raises, on the
@@ -18,8 +18,8 @@ hook raises is logged and swallowed):
                 releasing thread (event loop), or the reaper thread for an owner that ended holding
 ``state``       on each state change of a lock or election object, where its listeners run: the acquiring
                 or releasing thread, the session thread (event loop) for suspended/held/lost
-``retry``       before each retry of a request after a transient ZooKeeper error, on the thread that sends
-                it (event loop), or kazoo's completion thread for a retried background delete
+``retry``       before each retry of a request after a transient ZooKeeper error, on the thread that runs
+                it: the acquiring or releasing thread (event loop), the session or the reaper thread
 ``nudge``       when a server sat on a reply and was nudged (:data:`zkrecipes._kazoo.NUDGE_AFTER`), on the
                 ``zkrecipes-nudge`` thread
 ==============  ==========================================================================================
