@@ -468,3 +468,38 @@ def test_status_watch_shows_holders_and_waiters_with_how_long(zk_ensemble, zk_na
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_retry_is_told_with_the_transient_error(recorder):
+    """The one retry decision (zkrecipes.retry.Attempts, used by both drivers) tells ``retry``."""
+    from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
+
+    from zkrecipes import retry
+
+    attempts = retry.Attempts(None, time.monotonic() + 30)
+    assert attempts.next_wait(ConnectionLoss()) is not None
+    assert attempts.next_wait(OperationTimeoutError()) is not None
+    assert [e for e in recorder.events if e[0] == "retry"] == [("retry", "ConnectionLoss"),
+                                                                ("retry", "OperationTimeoutError")]
+    assert retry.Attempts(None, time.monotonic() - 1).next_wait(ConnectionLoss()) is None  # deadline: no retry
+    assert len([e for e in recorder.events if e[0] == "retry"]) == 2
+
+
+def test_a_failing_hook_is_logged_and_the_lock_works(zk, caplog):
+    class Broken(metrics.Hooks):
+        def acquired(self, recipe: str, path: str, waited_s: float, outcome: str) -> None:
+            raise RuntimeError("broken hook")
+
+    with pytest.raises(TypeError, match="Hooks"):
+        metrics.install(object())  # type: ignore[arg-type]
+    metrics.install(Broken())
+    try:
+        lock = FairLock(zk, "/metrics-broken")
+        with caplog.at_level("ERROR", logger="zkrecipes.metrics"):
+            assert lock.acquire()
+        assert lock.is_held
+        lock.release()
+        assert "broken hook" in caplog.text
+    finally:
+        metrics.uninstall()
+    assert metrics.installed is None
