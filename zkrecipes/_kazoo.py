@@ -41,6 +41,8 @@ from kazoo.protocol.serialization import (
 from kazoo.protocol.states import KeeperState
 from kazoo.security import ACL
 
+from . import metrics as _metrics
+
 AsyncResult = Any  # kazoo's IAsyncResult of the client's handler (untyped in kazoo)
 Request = Any  # a kazoo serialization request (Create2, GetChildren, ...)
 
@@ -334,6 +336,9 @@ class Nudger:
             waiting = self.armed = True
             if now - oldest >= NUDGE_AFTER and h._nudged != oldest and conn.client._state in _LIVE:
                 h._nudged, h.nudges = oldest, h.nudges + 1
+                hooks = _metrics.installed
+                if hooks is not None:
+                    _metrics.call(hooks.nudge)
                 log.debug("no reply for %.0f ms: nudging the server", (now - oldest) * 1e3)
                 submit(conn.client, [Exists(conn.client.chroot or "/", None)])
         return waiting

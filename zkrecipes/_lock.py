@@ -26,6 +26,7 @@ from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
+from . import metrics as _metrics
 from . import retry as _retry  # the keyword argument is called retry
 from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
@@ -196,6 +197,8 @@ class Participant(NamedInit):
 
     _recipe = "lock"  # what its node format is for (:data:`zkrecipes.formats.RECIPES`)
     _title = "FairLock"  # the recipe, as its users call it, in messages
+    _metric = "fair"  # the recipe's label in metrics (zkrecipes.metrics)
+    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _owner_word = "thread"  # who owns a hold, in error messages
 
     def __init__(
@@ -254,16 +257,32 @@ class Participant(NamedInit):
 
     # -- states and listeners ------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
-        """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
-        if not self._listeners:  # nobody to tell: a plain store (a listener added meanwhile sees the next)
-            self._state = state
+        """Record ``state`` and tell the listeners and the metrics hooks once per change (never from
+        kazoo's threads)."""
+        hooks = _metrics.installed
+        if not self._listeners and hooks is None:  # nobody to tell: a plain store (a listener added
+            self._state = state  # meanwhile sees the next change)
             return
         with self._state_lock:
-            if self._state == state:
+            old = self._state
+            if old == state:
                 return
             self._state = state
             listeners = list(self._listeners)
+        if hooks is not None:
+            _metrics.call(hooks.state, self._metric, self.path, old, state)
         self._call_listeners(listeners, state)
+
+    def _timed(self, steps: Steps[bool]) -> Steps[bool]:
+        """An acquire's (campaign's) steps, timed for the metrics hooks if any are installed."""
+        hooks = _metrics.installed
+        return steps if hooks is None else _metrics.timed_acquire(hooks, self._metric, self.path, self._is_cancelled,
+                                                                   steps)
+
+    def _seen_by(self) -> Optional[Callable[[int], None]]:
+        """The ``seen(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""
+        hooks = _metrics.installed
+        return self._seen if hooks is None else _metrics.seen(hooks, self._metric, self.path, self._seen)
 
     def _call_listeners(self, listeners: List[Listener], state: str) -> None:
         for fn in listeners:
@@ -305,6 +324,7 @@ class Participant(NamedInit):
             watcher = self._watcher = SessionWatcher.of(self.client)
         hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
         hold.gate = gate
+        hold.recipe = self._metric
         if _kazoo.session_id(self.client) != entry.session:
             hold.settle()  # the connection dropped, or the session ended, while we were granted
         return hold
@@ -338,7 +358,6 @@ class LockCore(Participant):
     _kind = naming.WRITE
     _gate_key = "queue"  # lock objects with the same (client, path, key) share a gate
     _gate_prefix = ""  # the asyncio front's tasks get gates of their own, apart from threads
-    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
     _revoke_event: Any = None  # revoke_requested, made when first read
     _revokes_told: "Optional[weakref.WeakSet[Hold]]" = None  # holds whose revoke request we told
@@ -407,13 +426,16 @@ class LockCore(Participant):
         fmt = self._format
         prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
         return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen, peek=peek
+            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen_by(), peek=peek
         )
 
     # -- the life ------------------------------------------------------------------------------------
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         """Enter the gate (re-entry, a local reader joining, or our turn to queue), queue our node, hold.
-        False on a miss, the deadline or a cancel (our node deleted)."""
+        False on a miss, the deadline or a cancel (our node deleted). Timed for the metrics hooks."""
+        return self._timed(self._acquire_steps(me, blocking))
+
+    def _acquire_steps(self, me: Owner, blocking: bool) -> Steps[bool]:
         gate = self._gate_for(me)
         mine = gate.owned(me) if gate.counts else None  # (only ``me`` adds itself to counts)
         if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)

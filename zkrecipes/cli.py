@@ -566,6 +566,8 @@ def render_table(path: str, rows: List[Dict[str, Any]]) -> str:
     if not rows:
         return f"{path}: no holders or waiters"
     cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
+    if any("for" in r for r in rows):  # --watch: how long each has held or waited
+        cols.insert(cols.index("state") + 1, "for")
     if any("leases" in r for r in rows):
         cols.insert(3, "leases")
     if any(r.get("protocol", "zkrecipes") != "zkrecipes" for r in rows):  # a path shared with kazoo/Curator
@@ -578,8 +580,6 @@ def render_table(path: str, rows: List[Dict[str, Any]]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from kazoo.exceptions import NoNodeError
-
     path = _check_path(args.path)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
     try:
@@ -587,27 +587,56 @@ def cmd_status(args: argparse.Namespace) -> int:
             rows = queue_status(client, path)
             print(json.dumps(rows) if args.json else render_table(path, rows))
             return 0
-        changed = threading.Event()
         try:
-            while True:
-                changed.clear()
-                try:
-                    client.get_children(path, watch=lambda e: changed.set())
-                except NoNodeError:
-                    client.exists(path, watch=lambda e: changed.set())
-                rows = queue_status(client, path)
-                if args.json:
-                    print(json.dumps(rows), flush=True)
-                else:
-                    if sys.stdout.isatty():
-                        sys.stdout.write("\x1b[H\x1b[2J")
-                    print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
-                while not changed.wait(1.0):
-                    pass
+            _watch_status(client, path, args.json)
         except (KeyboardInterrupt, Terminated):
             return 0
+        return 0  # (not reached: the watch ends by Ctrl-C)
     finally:
         _close(client)
+
+
+def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
+    """``status --watch``: a child watch on ``path`` (an exists watch while it is missing) and one read
+    per node on each change, no polling of ZooKeeper. Each row gets ``for``: seconds it has held (since
+    this watch saw it start holding; since its creation if it held when first seen) or waited (since its
+    creation). Creation times are ZooKeeper's ``ctime``, the server's wall clock, against this machine's
+    clock: a skew between them shows in ``for``. A terminal's table is redrawn each second too."""
+    from kazoo.exceptions import NoNodeError
+
+    changed = threading.Event()
+    since: Dict[str, Tuple[str, float]] = {}  # node -> (state, when it started: this machine's clock)
+    rows: Optional[List[Dict[str, Any]]] = None
+    tty = sys.stdout.isatty()
+    while True:
+        fresh = rows is None or changed.is_set()
+        if fresh:
+            changed.clear()
+            try:
+                client.get_children(path, watch=lambda e: changed.set())
+            except NoNodeError:
+                client.exists(path, watch=lambda e: changed.set())
+            rows = queue_status(client, path)
+            now = time.time()
+            old, since = since, {}
+            for r in rows:
+                was = old.get(r["node"])
+                if was is not None and was[0] == r["state"]:
+                    since[r["node"]] = was
+                else:  # new (since its creation), or it started holding now
+                    since[r["node"]] = (r["state"], now if was is not None else now - r["age"])
+        if fresh or (tty and not as_json):
+            now = time.time()
+            assert rows is not None
+            for r in rows:
+                r["for"] = round(max(0.0, now - since[r["node"]][1]), 1)
+            if as_json:
+                print(json.dumps(rows), flush=True)
+            else:
+                if tty:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
+        changed.wait(1.0)
 
 
 # -- revoke / break -------------------------------------------------------------------------------------
@@ -789,7 +818,8 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="show holders and waiters of PATH", epilog=EXIT_CODES, formatter_class=fmt)
     st.add_argument("path", metavar="PATH")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.add_argument("--watch", action="store_true", help="redraw on every change until Ctrl-C")
+    st.add_argument("--watch", action="store_true",
+                    help="redraw on every change until Ctrl-C, with FOR: seconds each has held or waited")
     common(st)
     st.set_defaults(func=cmd_status, parser=st)
 

@@ -25,6 +25,7 @@ class ReadRecipe(LockCore):
     _kind = naming.READ
     _recipe = "rw"
     _title = "ReadWriteLock (read side)"
+    _metric = "read"
 
     _rule = staticmethod(nearest_writer)
 
@@ -34,6 +35,7 @@ class WriteRecipe(LockCore):
 
     _recipe = "rw"
     _title = "ReadWriteLock (write side)"
+    _metric = "write"
 
 
 class ReadLock(ReadRecipe, FairLock):

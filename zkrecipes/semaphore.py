@@ -27,6 +27,7 @@ class SemaphoreRecipe(LockCore):
     _recipe = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
     _kind = naming.LEASE
     _title = "Semaphore"
+    _metric = "semaphore"
 
     def __init__(
         self,
@@ -76,8 +77,8 @@ class SemaphoreRecipe(LockCore):
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format, seen=self._seen,
-                               peek=peek)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format,
+                               seen=self._seen_by(), peek=peek)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         self._acquiring.add(me)

@@ -273,7 +273,8 @@ class Hold:
 
     __slots__ = (
         "client", "node", "token", "session", "state", "releasing", "released", "gate", "verified_at", "_verify",
-        "_cleanup", "_listeners", "_lock", "_watcher", "revoke", "_follow", "__weakref__",
+        "_cleanup", "_listeners", "_lock", "_watcher", "revoke", "_follow", "recipe", "granted_at",
+        "__weakref__",
     )  # one per acquire: no per-instance dict
 
     def __init__(
@@ -295,7 +296,8 @@ class Hold:
         self.releasing = False  # its owner is deleting the node: that delete, not a reconnection read, decides
         self.released = False
         self.gate: object = None  # kept alive as long as the hold (a lock's local gate)
-        self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
+        self.verified_at = self.granted_at = time.monotonic()  # when ZooKeeper last confirmed the node ours
+        self.recipe = ""  # the recipe's metrics label (zkrecipes.metrics), set by whoever made the hold
         self._verify = verify
         self._cleanup = cleanup
         self._listeners: "List[Callable[[Hold, str], None]]" = [listener] if listener is not None else []
