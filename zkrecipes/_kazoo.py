@@ -369,41 +369,89 @@ def is_stopped(client: KazooClient) -> bool:
     return bool(client._stopped.is_set())
 
 
-def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult]:
+def submit(
+    client: KazooClient, requests: Sequence[Request], out: Optional[List[AsyncResult]] = None
+) -> List[AsyncResult]:
     """Queue ``requests`` back to back on the session and wake kazoo's connection thread once.
 
     ZooKeeper answers a session's requests in order, so a create and a get_children sent together cost
     one round trip; kazoo's ``_call`` wakes its I/O thread once per request (a thread switch each on a
-    small machine). Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and ``_call``
-    (2.9.0-2.11.0); paths must already carry the chroot.
+    small machine). The results are also added to ``out`` before anything is queued: a caller interrupted
+    in here (Ctrl-C) still has them. Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and
+    ``_call`` (2.9.0-2.11.0); paths must already carry the chroot.
     """
     handler = client.handler
     threads = type(handler) is SequentialThreadingHandler
     results = [Result(handler) if threads else handler.async_result() for _ in requests]
+    if out is not None:
+        out.extend(results)
     write_sock = client._connection._write_sock
     if client._state in _UNUSABLE or write_sock is None:
         for req, ar in zip(requests, results):
             client._call(req, ar)  # sets the right exception
         return results
-    client._queue.extend(zip(requests, results))
-    try:
-        write_sock.send(b"\0" * len(requests))  # the I/O thread sends one request per byte
-    except OSError:
+    if not _queue_and_wake(client, write_sock, list(zip(requests, results))):
         for ar in results:
             if not ar.ready():
                 ar.set_exception(ConnectionClosedError("Connection has been closed"))
     return results
 
 
+def _queue_and_wake(client: KazooClient, write_sock: Any, pairs: List[Tuple[Request, Any]]) -> bool:
+    """Queue ``pairs`` (request, result) and write one wake byte each; False if the socket was closed.
+
+    kazoo's I/O thread sends one queued request per wake byte, so a request queued without its byte would
+    leave the client one request behind for good (each later one sent a request late). The byte is written
+    even if an exception from a signal handler (Ctrl-C, the CLI's SIGTERM) lands just after the queueing:
+    Python runs signal handlers between bytecodes, and only the append comes before the ``finally``. A
+    byte written for nothing queued is harmless: the I/O thread discards a byte when its queue is empty.
+    Relies on ``_queue`` and the socket pair (2.9.0-2.11.0)."""
+    send, wake, sent = write_sock.send, b"\0" * len(pairs), False
+    try:
+        client._queue.extend(pairs)
+    finally:
+        try:
+            send(wake)
+            sent = True
+        except OSError:
+            pass  # closed under us (client.stop()): the caller fails the requests
+    return sent
+
+
+def _wake_for_every_request() -> None:
+    """Make kazoo's ``KazooClient._call`` (every request of its public API) write its wake byte even when
+    an exception from a signal handler lands right after the queueing (see :func:`_queue_and_wake`), for
+    every client of the process (installed once, at import). kazoo's own refusals (a closed, expired or
+    unauthenticated client, a closed socket) are left to it (``_call``, ``_state``; 2.9.0-2.11.0)."""
+    if getattr(KazooClient, "_zkrecipes_wakes", False):
+        return
+    call = KazooClient._call
+
+    def _call(self: Any, request: Any, async_object: Any) -> Any:
+        write_sock = self._connection._write_sock
+        if self._state in _UNUSABLE or write_sock is None:
+            return call(self, request, async_object)  # kazoo's refusal: sets the right exception
+        if not _queue_and_wake(self, write_sock, [(request, async_object)]):
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        return None
+
+    KazooClient._call = _call
+    KazooClient._zkrecipes_wakes = True
+
+
+_wake_for_every_request()
+
+
 def create_and_list(
-    client: KazooClient, path: str, data: bytes, acl: Sequence[ACL], flags: int, parent: Optional[str]
+    client: KazooClient, path: str, data: bytes, acl: Sequence[ACL], flags: int, parent: Optional[str],
+    out: Optional[List[AsyncResult]] = None,
 ) -> Tuple[AsyncResult, Optional[AsyncResult]]:
     """Create ``path`` (create2: the reply has the stat) and, if ``parent`` is given, list its children in
-    the same round trip."""
+    the same round trip. The results are added to ``out`` before anything is sent (see :func:`submit`)."""
     requests: List[Request] = [Create2(client.chroot + path, data, list(acl), flags)]
     if parent is not None:
         requests.append(GetChildren(client.chroot + parent, None))
-    results = submit(client, requests)
+    results = submit(client, requests, out)
     return results[0], (results[1] if parent is not None else None)
 
 

@@ -131,12 +131,18 @@ class Transport:
     # -- the handlers --------------------------------------------------------------------------------
     def _create_and_list(self, op: e.CreateAndList) -> Handler:
         self.check()
-        create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
+        sent: List[Any] = []  # filled before the create is queued: a Ctrl-C while sending still finds it
         try:
+            create, listing = _kazoo.create_and_list(
+                self.client, op.path, op.data, op.acl, op.flags, op.parent, sent
+            )
             yield Reply(create if listing is None else listing)  # replies come in order: the listing is last
             if not create.ready():
                 yield Reply(create)
         except BaseException:  # deadline, cancel, Ctrl-C with the create in flight: our node must go too
+            if not sent:
+                raise  # nothing was queued
+            create = sent[0]
             made = _kazoo.outcome(create) if create.ready() else None
             if made is None:
                 create.rawlink(_kazoo.delete_if_created(self.client))  # deleted when its reply comes
