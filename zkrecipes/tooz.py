@@ -392,7 +392,9 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
 
     def run_watchers(self, timeout: Optional[float] = None) -> List[Any]:
         """Group membership events (tooz's), then the elections and lost leaderships told since the last
-        call, in the order they happened; returns the callbacks' results."""
+        call, in the order they happened; returns the callbacks' results. Group membership is read after a
+        ``sync``, so a change another client has seen committed is seen here too (reads are not linearizable)."""
+        self._coord.sync("/")
         results: List[Any] = list(super().run_watchers(timeout))
         while True:
             with self._told_lock:
