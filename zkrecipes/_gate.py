@@ -26,7 +26,7 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optio
 
 from kazoo.client import KazooClient
 
-from ._engine import Delete, Steps, WaitGate
+from ._engine import SESSION, Delete, Steps, WaitGate, drop_old
 from .errors import LockError, LockLost
 from .naming import LEASE, READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
@@ -365,10 +365,17 @@ def finish_leave(gate: Gate, left: LeaveResult) -> Steps[None]:
 def release_hold(hold: Any) -> Steps[None]:
     """Delete a hold's node and stop following it. Without a connection, wait for one until the hold is
     declared lost; a session found gone marks the hold lost (its owner is told even this late). A lost
-    hold's node, if its session lives on after all, is deleted when the client reconnects."""
+    hold's node, if its session lives on after all, is deleted when the client reconnects, or now if the
+    client has moved to a new session (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
     hold.releasing = True
     try:
-        if hold.state != LOST and not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
-            hold.mark_lost()
+        if hold.state != LOST:
+            current = yield SESSION
+            if current is not None and current != hold.session:
+                hold.mark_lost()  # the client moved on: told first, then the node of its old session goes
+            elif not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
+                hold.mark_lost()
+        if hold.state == LOST:
+            yield from drop_old(hold.node, hold.session, hold.token)
     finally:
         hold.close()

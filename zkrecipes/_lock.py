@@ -206,9 +206,19 @@ class Participant(NamedInit):
 
     def _cleanup(self, hold: Hold) -> None:
         """Delete the node of a hold declared lost while its session lived on, once the session is back
-        (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
+        (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later); or, once the
+        client has a new session, the node if its old session still keeps it (after the listeners ran)."""
+        if _kazoo.session_id(self.client) not in (None, hold.session):
+            if self._after_told():
+                _drive.drop_old(self.client, hold.node, hold.session, hold.token, self.retry)
+            return
         if self._verify(hold):
             _drive.delete(self.client, hold.node, hold.session, self.retry)
+
+    def _after_told(self) -> bool:
+        """Return once the listeners told of a change so far have run (the session thread asks); False if
+        they could not be seen to run (then nothing is deleted: the server removes it in time)."""
+        return True
 
     def _certain(self, hold: Hold, what: str) -> Steps[None]:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
@@ -480,7 +490,8 @@ class Lock(Threaded, LockCore):
         """Release one level of this thread's hold; the last release deletes our node.
 
         Raises LockError if the calling thread does not hold the lock. After the hold was lost,
-        release only clears local state: it never deletes a node that may now be someone else's. Without
+        release only clears local state: it never deletes a node that may now be someone else's (only one
+        it has just read as a node of a session this client gave up, see docs/session-loss.rst). Without
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
