@@ -188,6 +188,17 @@ def _expire(hosts: str, sid: int, password: bytes) -> int:
     return t
 
 
+def _leader(hosts: str) -> Optional[int]:
+    """Index (in ``hosts``) of the server that leads now, by its ``srvr`` reply; None if none says so."""
+    from zkrecipes.testing.ensemble import four_letter
+
+    for i, server in enumerate(harness.server_list(hosts)):
+        host, port = server.rsplit(":", 1)
+        if "Mode: leader" in four_letter(int(port), "srvr", host=host):
+            return i
+    return None
+
+
 def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: str,
           classpath: Optional[str]) -> Dict[str, Any]:
     from zkrecipes.testing import Partition
@@ -202,6 +213,10 @@ def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: st
         deadline = time.monotonic() + 120
         sid_hex, pw_hex = holder.need("session", deadline)[1:3]
         holder.need("held", deadline)
+        # a follower tells the leader that a session spoke only when the leader pings it (every half tick)
+        row["holder_server"] = sorted(set(link._target_of.values()))
+        row["leader"] = _leader(hosts)
+        row["holder_on_leader"] = row["leader"] in row["holder_server"]
         waiter = Proc(_argv(lib, "waiter", hosts, path, session, classpath))
         while len(admin.get_children(path)) < 2:  # the waiter's node is queued behind the holder's
             if time.monotonic() > deadline:
@@ -359,9 +374,22 @@ def markdown(result: Dict[str, Any]) -> str:
                   "seconds after the fault):", ""]
         for r in bad:
             what = r.get("error") or (f"grant {r['grant_s']:+.2f} s, lost {_f(r.get('lost_s'))}, origin "
-                                      f"{_f(r.get('origin_s'))} s")
+                                      f"{_f(r.get('origin_s'))} s, origin + T "
+                                      f"{r['grant_after_origin_plus_t_ms']:+.0f} ms, holder's server "
+                                      f"{_WHERE[r.get('holder_on_leader')]}")
             lines.append(f"- T = {r['session_s']:g} s, {r['fault']}, {r['lib']}, trial {r['rep'] + 1}: {what}")
+    lines += ["", "Grant minus (origin + T), by where the holder's session lived (kill and partition; all trials "
+              "of zkrecipes and kazoo):", ""]
+    for where, on_leader in (("the leader", True), ("a follower", False)):
+        xs = sorted(r["grant_after_origin_plus_t_ms"] for r in result["rows"] if "bound_ok" in r
+                    and r["fault"] != "expire" and r.get("holder_on_leader") is on_leader)
+        if xs:
+            lines.append(f"- holder on {where}: {len(xs)} trials, median {statistics.median(xs):+.0f} ms, "
+                         f"max {xs[-1]:+.0f} ms, over one tick: {sum(1 for x in xs if x > TICK_MS)}")
     return "\n".join(lines) + "\n"
+
+
+_WHERE = {True: "the leader", False: "a follower", None: "not recorded"}
 
 
 def plot(result: Dict[str, Any], path: str) -> Optional[str]:
