@@ -200,12 +200,13 @@ def _leader(hosts: str) -> Optional[int]:
 
 
 def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: str,
-          classpath: Optional[str]) -> Dict[str, Any]:
+          classpath: Optional[str], first: int = 0) -> Dict[str, Any]:
     from zkrecipes.testing import Partition
 
     path = f"{root}/{uuid.uuid4().hex[:10]}"
     admin.ensure_path(path)
-    link = Partition(hosts)
+    servers = harness.server_list(hosts)
+    link = Partition(",".join(harness.rotate(servers, first)))  # the holder's server: ``first`` (it connects once)
     holder = Proc(_argv(lib, "holder", link.hosts, path, session, classpath))
     waiter: Optional[Proc] = None
     row: Dict[str, Any] = {"lib": lib, "fault": fault, "session_s": session}
@@ -214,7 +215,7 @@ def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: st
         sid_hex, pw_hex = holder.need("session", deadline)[1:3]
         holder.need("held", deadline)
         # a follower tells the leader that a session spoke only when the leader pings it (every half tick)
-        row["holder_server"] = sorted(set(link._target_of.values()))
+        row["holder_server"] = sorted((first + i) % len(servers) for i in set(link._target_of.values()))
         row["leader"] = _leader(hosts)
         row["holder_on_leader"] = row["leader"] in row["holder_server"]
         waiter = Proc(_argv(lib, "waiter", hosts, path, session, classpath))
@@ -295,7 +296,7 @@ def run(hosts: str, cfg: Dict[str, Any], libs: Sequence[str], classpath: Optiona
             for rep in range(cfg["reps"]):
                 for k, fault in enumerate(FAULTS):
                     for lib in harness.rotate(list(libs), rep + k):  # the order rotates: drift hits all alike
-                        row = trial(lib, fault, session, hosts, admin, root, classpath)
+                        row = trial(lib, fault, session, hosts, admin, root, classpath, rep)
                         row["rep"] = rep
                         rows.append(row)
                         log(f"T = {session:g} s {fault:9} {lib:26} " + (
