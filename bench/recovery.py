@@ -214,6 +214,10 @@ def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: st
         deadline = time.monotonic() + 120
         sid_hex, pw_hex = holder.need("session", deadline)[1:3]
         holder.need("held", deadline)
+        gone: List[int] = []  # when an observer session (the admin client) saw the holder's node go
+        (node,) = admin.get_children(path)
+        if admin.exists(f"{path}/{node}", watch=lambda _event: gone.append(time.monotonic_ns())) is None:
+            raise RuntimeError("the holder's node went before the fault")
         # a follower tells the leader that a session spoke only when the leader pings it (every half tick)
         row["holder_server"] = sorted((first + i) % len(servers) for i in set(link._target_of.values()))
         row["leader"] = _leader(hosts)
@@ -238,6 +242,9 @@ def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: st
             link.heal()  # let the holder hear the expiry (kazoo reports LOST only then)
         holder.first("~never", time.monotonic() + 1.5)  # the holder's late reports come in meanwhile
         row.update(_timeline(lib, fault, session, holder.lines, t0, granted))
+        if gone:  # the server's part ends here: what follows is the notification and the waiter's library
+            row["gone_s"] = (gone[0] - t0) / 1e9
+            row["grant_after_gone_ms"] = (granted - gone[0]) / 1e6
     except Exception as exc:  # a failed trial is reported as such, never as a figure
         row["error"] = repr(exc)
         log(f"  trial failed: {exc!r}")
@@ -332,6 +339,7 @@ def summarise(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 n_told = sum(1 for r in told if r["told_before_grant"])
                 n_lost = sum(1 for r in told if r["lost_before_grant"])
                 bound = [r for r in ok if "bound_ok" in r]
+                after = sorted(r["grant_after_gone_ms"] for r in ok if "grant_after_gone_ms" in r)
                 out.append({
                     "session_s": session, "fault": fault, "lib": lib, "trials": len(rs), "errors": len(rs) - len(ok),
                     "median_s": statistics.median(grants) if grants else None, "max_s": grants[-1] if grants else None,
@@ -340,6 +348,8 @@ def summarise(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                     "lost_before_grant": f"{n_lost}/{len(told)}" if told else "—",
                     "bound_violations": sum(1 for r in bound if not r["bound_ok"]) if bound else None,
                     "bound_max_ms": max(r["grant_after_origin_plus_t_ms"] for r in bound) if bound else None,
+                    "after_gone_median_ms": statistics.median(after) if after else None,
+                    "after_gone_max_ms": after[-1] if after else None,
                 })
     return out
 
@@ -356,17 +366,20 @@ def markdown(result: Dict[str, Any]) -> str:
         "(a killed holder hears nothing). *Origin + T*: grant minus (send time of the holder's last request "
         "the server answered before the fault, the doubt clock's origin, + session timeout), max over the "
         f"trials, and in how many trials that exceeded one tick ({TICK_MS} ms); zkrecipes and, stamped the "
-        "same way in its process, kazoo (Curator: not stamped).",
+        "same way in its process, kazoo (Curator: not stamped). *After the node went*: grant minus the moment "
+        "an observer session (a third client watching the holder's node) was told the node was deleted: "
+        "the library's own part, median / max.",
         "",
     ]
     if result.get("curator_absent"):
         lines += [f"Curator: absent ({result['curator_absent']}).", ""]
     lines += ["| session timeout | fault | library | grant median / max (s) | told | lost | origin + T: max (ms), "
-              "over one tick | failed trials |", "|---|---|---|---|---|---|---|---|"]
+              "over one tick | after the node went (ms) | failed trials |", "|---|---|---|---|---|---|---|---|---|"]
     for s in result["summary"]:
         bound = "—" if s["bound_max_ms"] is None else f"{s['bound_max_ms']:+.0f}, {s['bound_violations']}"
         lines.append(f"| {s['session_s']:g} s | {s['fault']} | {s['lib']} | {_f(s['median_s'])} / "
                      f"**{_f(s['max_s'])}** | {s['told_before_grant']} | {s['lost_before_grant']} | {bound} | "
+                     f"{_f(s.get('after_gone_median_ms'), '{:.0f}')} / {_f(s.get('after_gone_max_ms'), '{:.0f}')} | "
                      f"{s['errors']} |")
     bad = [r for r in result["rows"] if "error" in r or (r["lib"] == OURS and (
         r.get("bound_ok") is False or (r["fault"] == "partition" and r.get("lost_before_grant") is False)))]
