@@ -63,10 +63,12 @@ def test_kazoos_lock_reconnect_a_waiter_on_another_session_is_granted_at_once(zk
     th = rival(b, "/reconnect", marks)
     wait_until(lambda: len(children(b, "/reconnect")) == 2, 30, "the waiter queued")
     old = give_up_session(a)
+    marks("new session")
     assert old != a.client_id[0]
     if release:
         lock.release()  # what kazoo's test does next
     granted = marks.wait("granted", SOON)
+    print(f"\ngranted {granted - marks.t['new session']:.3f} s after the holder's client had its new session")
     assert marks.t["A lost"] < granted, "the waiter was granted before the holder was told"
     assert b.exists(old_node) is None
     if not release:
