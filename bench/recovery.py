@@ -379,7 +379,7 @@ def markdown(result: Dict[str, Any]) -> str:
         bound = "—" if s["bound_max_ms"] is None else f"{s['bound_max_ms']:+.0f}, {s['bound_violations']}"
         lines.append(f"| {s['session_s']:g} s | {s['fault']} | {s['lib']} | {_f(s['median_s'])} / "
                      f"**{_f(s['max_s'])}** | {s['told_before_grant']} | {s['lost_before_grant']} | {bound} | "
-                     f"{_f(s.get('after_gone_median_ms'), '{:.0f}')} / {_f(s.get('after_gone_max_ms'), '{:.0f}')} | "
+                     f"{_f(s.get('after_gone_median_ms'), '{:.1f}')} / {_f(s.get('after_gone_max_ms'), '{:.1f}')} | "
                      f"{s['errors']} |")
     bad = [r for r in result["rows"] if "error" in r or (r["lib"] == OURS and (
         r.get("bound_ok") is False or (r["fault"] == "partition" and r.get("lost_before_grant") is False)))]
