@@ -26,7 +26,7 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optio
 
 from kazoo.client import KazooClient
 
-from ._engine import SESSION, Delete, Steps, WaitGate, drop_old
+from ._engine import Delete, Steps, WaitGate, drop_old
 from .errors import LockError, LockLost
 from .naming import LEASE, READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
@@ -369,13 +369,10 @@ def release_hold(hold: Any) -> Steps[None]:
     client has moved to a new session (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
     hold.releasing = True
     try:
-        if hold.state != LOST:
-            current = yield SESSION
-            if current is not None and current != hold.session:
-                hold.mark_lost()  # the client moved on: told first, then the node of its old session goes
-            elif not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
-                hold.mark_lost()
-        if hold.state == LOST:
+        # (a Delete in a session other than the hold's deletes nothing and answers False)
+        if hold.state != LOST and not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
+            hold.mark_lost()
+        if hold.state == LOST:  # its owner told first; then its node, if a session we gave up keeps it
             yield from drop_old(hold.node, hold.session, hold.token)
     finally:
         hold.close()
