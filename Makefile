@@ -3,7 +3,7 @@
 PY := .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo unit test test-docker lint docs bench safety dist clean
+.PHONY: setup demo unit test test-docker test-servers lint docs bench safety dist clean
 
 setup:
 	@bash scripts/bootstrap.sh
@@ -37,6 +37,11 @@ test: setup $(OLDEST_KAZOO_DIR)
 # the suite against docker/docker-compose.yml's 3 containers (installs Docker, starts and stops its own engine)
 test-docker: setup
 	@bash scripts/test-docker.sh
+
+# the lock, election, asyncio, session-loss and doubt-clock suites against Debian 12's ZooKeeper 3.8.0 and then
+# Debian 13's 3.9 (its jars fetched once into .venv/zookeeper-3.9, beside 3.8.0), and a table of both results
+test-servers: setup
+	@bash scripts/test-servers.sh
 
 docs: setup
 	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html

@@ -1150,3 +1150,79 @@ def semaphore(ctx: Ctx, cases: list, handoffs: int, reps: int = 1) -> dict:
                 }
             )
     return {"mode": "threads in one process, one KazooClient session each", "reps": reps, "rows": rows}
+
+
+# -- 7. non-blocking tries (issue 38, item 6) -----------------------------------------------------
+WRITE_REQUESTS = ("create", "create_container", "delete", "set_data", "multi")  # what goes through the quorum
+
+
+TRY_LOCKS: dict = {  # impl -> (the lock that tries, the lock another session holds it with meanwhile)
+    FAIR: (FairLock, FairLock),
+    EXCL: (ExclusiveLock, ExclusiveLock),
+    RW_WRITE: (lambda c, p: ReadWriteLock(c, p).write(), lambda c, p: ReadWriteLock(c, p).read()),  # a reader holds
+    RW_READ: (lambda c, p: ReadWriteLock(c, p).read(), lambda c, p: ReadWriteLock(c, p).write()),  # a writer holds
+    SEM: (lambda c, p: Semaphore(c, p, 1), lambda c, p: Semaphore(c, p, 1)),
+    K_LOCK: (KazooLock, KazooLock),
+    K_WRITE: (KazooWriteLock, KazooReadLock),
+    K_READ: (KazooReadLock, KazooWriteLock),
+}
+
+
+def tries(ctx: Ctx, n: int) -> dict:
+    """``acquire(blocking=False)`` on one client, implementations alternating try by try: on a lock another
+    session holds (each try fails: requests and writes per failed try), and on a free lock (try + release,
+    alternating with a blocking acquire + release of the same object: what the look before the create
+    costs). Each lock's parent is made beforehand, persistent, so no parent's re-creation is counted."""
+    trier, holder_client = ctx.pool.grow(2)
+    locks, holders = {}, {}
+    for name, (make, make_holder) in TRY_LOCKS.items():  # one object each, as a fleet of tries would keep
+        path = ctx.path(f"try {name}")
+        trier.ensure_path(path)
+        locks[name], holders[name] = make(trier, path), make_holder(holder_client, path)
+    names = list(locks)
+
+    def run(name: str, what: str) -> tuple:
+        lock = locks[name]
+        before = ctx.counters.snapshot()
+        t0 = time.perf_counter()
+        got = lock.acquire(timeout=30) if what == "blocking" else lock.acquire(blocking=False)
+        dt = time.perf_counter() - t0
+        if got:
+            lock.release()
+        req = delta(before, ctx.counters.snapshot())[0]
+        if got != (what != "held"):
+            raise RuntimeError(f"{name}: a {what} acquire returned {got}")
+        return dt, req
+
+    samples = {(name, what): [] for name in names for what in ("free", "blocking", "held")}
+    requests = {key: collections.Counter() for key in samples}
+    for phase in (("free", "blocking"), ("held",)):
+        if phase == ("held",):
+            for name in names:
+                if not holders[name].acquire(timeout=30):
+                    raise RuntimeError(f"{name}: the holder could not acquire")
+        for name in names:  # warm-up: code paths, connections
+            for what in phase:
+                run(name, what)
+        for i in range(n):
+            for name in rotate(names, i):
+                for what in rotate(list(phase), i):
+                    dt, req = run(name, what)
+                    samples[name, what].append(dt)
+                    requests[name, what].update(req)
+    for name in names:
+        holders[name].release()
+    rows = []
+    for name in names:
+        row: dict = {"impl": name}
+        for what in ("free", "blocking", "held"):
+            req = {k: v / n for k, v in sorted(requests[name, what].items())}
+            row[what] = {
+                **summary(samples[name, what]),
+                "requests_per_op": req,
+                "requests_total_per_op": sum(req.values()),
+                "writes_per_op": sum(v for k, v in req.items() if k in WRITE_REQUESTS),
+            }
+        rows.append(row)
+    ctx.log(f"tries: {len(names)} implementations x {n} tries, free (beside blocking) and held")
+    return {"tries_per_impl": n, "rows": rows}

@@ -255,6 +255,25 @@ def markdown(result: dict) -> str:
                 f"| {_f(r['handoff']['median_ms'])} | {_f(r['handoff']['p99_ms'])} | {_f(r['ratio_to_kazoo'])} "
                 f"| {r['peak_holders']} |"
             )
+    tr = result.get("tries")
+    if tr:
+        lines += [
+            "",
+            f"### 7. Non-blocking tries: `acquire(blocking=False)` ({tr['tries_per_impl']} tries each, one session, "
+            "implementations alternating try by try; counted at the client)",
+            "",
+            "| implementation | held by another session: requests per failed try | writes | median ms "
+            "| free: requests per try + release | median ms | blocking acquire + release median ms |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for r in tr["rows"]:
+            h, f, b = r["held"], r["free"], r["blocking"]
+            lines.append(
+                f"| {r['impl']} | {_f(h['requests_total_per_op'], 1)}: {_req(h['requests_per_op'])} "
+                f"| {_f(h['writes_per_op'], 1)} | {_f(h['median_ms'], 3)} "
+                f"| {_f(f['requests_total_per_op'], 1)}: {_req(f['requests_per_op'])} | {_f(f['median_ms'], 3)} "
+                f"| {_f(b['median_ms'], 3)} |"
+            )
     pr = result.get("profile")
     if pr:
         lines += [

@@ -51,6 +51,7 @@ FULL = {
         "handoffs": 15,
         "reps": 2,
     },
+    "tries": {"n": 100},
     "budget_s": 480,  # the herd runs share what is left of it, so that make bench ends within 10 minutes
 }
 
@@ -71,6 +72,7 @@ SMOKE = {
     "one_client": {"threads": 4, "duration": 0.3, "reps": 1},
     "profile_ops": 10,
     "semaphore": {"cases": [[2, 3, "oldest"], [2, 3, "newest"]], "handoffs": 3, "reps": 1},
+    "tries": {"n": 3},
     "budget_s": 120,
 }
 
@@ -102,6 +104,7 @@ def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: lis
         result["profile"] = measures.profile_fairlock(ctx, cfg["profile_ops"])
         sm = cfg["semaphore"]
         result["semaphore"] = measures.semaphore(ctx, [tuple(c) for c in sm["cases"]], sm["handoffs"], sm["reps"])
+        result["tries"] = measures.tries(ctx, cfg["tries"]["n"])
         h = cfg["herd"]
         log(f"herd: growing the pool to {max(h['sizes']) + 1} sessions")
         result["herd"] = measures.herd(ctx, h["sizes"], h["handoffs"], h["reps"])

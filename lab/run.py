@@ -40,22 +40,29 @@ Trials (``--trials``, comma-separated):
                zkrecipes ``FairLock(protocol="kazoo"|"curator")`` beside kazoo's ``Lock`` or Curator's
                ``InterProcessMutex`` (Java workers, baselines) on one path, every hold fenced and verified,
                plus a default-format fleet that must be refused beside kazoo (:mod:`lab.mixed_trial`)
+``handover``   ``FairLock(owner="object")`` taken on one thread and released on another (:mod:`lab.handover_trial`)
+``multilock``  ``MultiLock`` over two paths, even slots listing them in one order, odd in the other; deadlocks
+               counted from the locks' states (:mod:`lab.multilock_trial`)
+``revoke``     an operator thread here asks holders to let go (``request_revoke``) and breaks the hung ones
+               (``break_lock``); their late writes must be refused by the register (:mod:`lab.revoke_trial`)
 
 The short run (default, used by ``make test``) runs the ``zk`` trial with each fault once; ``--trials
-semaphore,txn,aio`` without ``--long`` runs those with ``pause`` and ``session-expiry`` only, aimed at
-their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs every trial with each fault three
-times (the ``cli`` trial: 20 silent partitions and 5 cuts). Without ``--long``, the mixed trials inject
-one ``session-expiry`` and one ``pause``. When every fault of a holder kind has struck no holder (the
-holder released before the fault landed), that kind is injected again, up to ``RETRIES`` more times.
+semaphore,txn,aio`` (or ``handover,multilock,revoke``) without ``--long`` runs those with ``pause`` and
+``session-expiry`` only, aimed at their zkrecipes recipes; ``--faults`` picks the kinds; ``--long`` runs
+every trial with each fault three times (the ``cli`` trial: 20 silent partitions and 5 cuts). Without
+``--long``, the mixed trials inject one ``session-expiry`` and one ``pause``. When every fault of a holder
+kind has struck no holder (the holder released before the fault landed), that kind is injected again, up
+to ``RETRIES`` more times.
 
 The verdict comes from :mod:`lab.check`, which reads only the recorded histories.
 Results go to ``DIR/results.json``, ``DIR/results.md`` and ``DIR/results.inc`` (an reStructuredText
 fragment for the docs); ``--keep-history`` also keeps every history file under ``DIR/history``. The exit
 status is 1 when a zkrecipes entry (not a baseline: kazoo, Curator, Redis, the unfenced control) broke
 what docs/safety.rst claims for it (``HARD_CHECKS``: an accepted or unsafe overlap -- for the ``txn``
-trial an applied stale operation --, a lost increment, a grant out of order, a missed or late loss
-notice, an orphan node, a hung worker), or failed a trial's own check (a mixed trial's valid overlaps or
-refusals), or when a holder fault kind scheduled in a trial with a zkrecipes entry struck no holder.
+trial an applied stale operation, for ``revoke`` an accepted one --, a lost increment, a grant out of
+order, a missed or late loss notice, an orphan node, a hung worker; ``MORE_CHECKS``: a trial's own, such
+as a MultiLock deadlock), or failed a trial's own check (a mixed trial's valid overlaps or refusals),
+or when a holder fault kind scheduled in a trial with a zkrecipes entry struck no holder.
 Every process started is killed (process groups, and parent-death signals) however the run ends.
 """
 
@@ -81,7 +88,7 @@ from typing import Callable, Optional
 from zkrecipes.testing import Ensemble, Partition, four_letter
 from zkrecipes.testing._proc import die_with_parent
 
-from . import aio_trial, cli_trial, semaphore_trial, txn_trial
+from . import aio_trial, cli_trial, handover_trial, multilock_trial, revoke_trial, semaphore_trial, txn_trial
 from .check import _load_jsonl, check_trial, struck_at
 from .fenced import FencedRegister
 from .redis_server import RedisServer, redis_version
@@ -91,10 +98,12 @@ FAULT_KINDS = ("leader-kill", "follower-kill", "quorum-loss", "session-expiry", 
 HOLDER_FAULTS = ("session-expiry", "partition", "silent-partition", "pause", "holder-kill")
 TRIALS = {"zk": ("fair", "rw", "election"), "kazoo": ("kazoo",), "redis": ("redis",), "cli": ("cli",),
           "mixed-kazoo": ("mk-zk", "mk-kazoo"), "mixed-curator": ("mc-zk", "mc-curator"),
-          "semaphore": semaphore_trial.IMPLS, "txn": txn_trial.IMPLS, "aio": ("aio-fair", "aio-sem", "aio-rw")}
+          "semaphore": semaphore_trial.IMPLS, "txn": txn_trial.IMPLS, "aio": ("aio-fair", "aio-sem", "aio-rw"),
+          "handover": handover_trial.IMPLS, "multilock": multilock_trial.IMPLS, "revoke": revoke_trial.IMPLS}
 # trials with a module of their own (workers, optional prepare/finish hooks, checker); their short run
 # injects only SHORT_KINDS, aimed at their zkrecipes recipes in turn
-TRIAL_MODULES = {"semaphore": semaphore_trial, "txn": txn_trial, "aio": aio_trial}
+TRIAL_MODULES = {"semaphore": semaphore_trial, "txn": txn_trial, "aio": aio_trial, "handover": handover_trial,
+                 "multilock": multilock_trial, "revoke": revoke_trial}
 SHORT_KINDS = ("pause", "session-expiry")
 MIXED_TRIALS = ("mixed-kazoo", "mixed-curator")  # lab.mixed_trial
 IMPL_NAMES = {
@@ -116,6 +125,10 @@ IMPL_NAMES = {
     "aio-fair": "zkrecipes aio.FairLock",
     "aio-rw": "zkrecipes aio.ReadWriteLock",
     "aio-sem": "zkrecipes aio.Semaphore (3 leases)",
+    "handover": "zkrecipes FairLock(owner='object'), handed over",
+    "ml-a": "zkrecipes MultiLock, two fleets in opposite orders: lock a",
+    "ml-b": "zkrecipes MultiLock, two fleets in opposite orders: lock b",
+    "revoke": "zkrecipes FairLock under request_revoke and break_lock",
 }
 TOKENS = {
     "fair": "czxid (lock.token)",
@@ -136,6 +149,10 @@ TOKENS = {
     "aio-fair": "czxid (lock.token)",
     "aio-rw": "czxid (lock.token)",
     "aio-sem": "none presented (one number cannot fence N leases)",
+    "handover": "czxid (lock.token, read by the taker)",
+    "ml-a": "czxid (multi.tokens)",
+    "ml-b": "czxid (multi.tokens)",
+    "revoke": "czxid (lock.token)",
 }
 ZK_IMPLS = ("fair", "rw", "election", "cli")
 # what docs/safety.rst promises for every zkrecipes entry: each count must be 0 (and every loss notice
@@ -143,7 +160,14 @@ ZK_IMPLS = ("fair", "rw", "election", "cli")
 HARD_CHECKS = ("accepted_overlaps", "unsafe", "lost_increments", "out_of_order", "notices_late", "orphans", "hung")
 # the txn trial's fenced half writes after its read without a check() by design (the transaction is its
 # check): a stale commit is an unsafe overlap that ZooKeeper must refuse, so there none may be accepted
-CLAIMS_INSTEAD = {"txn": {"unsafe": "unsafe_accepted"}}
+# the revoke trial's hung holders write after a break without a check() by design: acting after the next
+# grant is expected there; what fencing must refuse is an operation after the next holder's (stale_accepted)
+CLAIMS_INSTEAD = {"txn": {"unsafe": "unsafe_accepted"}, "revoke": {"unsafe": "stale_accepted"}}
+# claims of one entry beside HARD_CHECKS (each must be 0): a MultiLock never deadlocks and takes its locks
+# in one global order; a revoke request reaches a holder that still holds, a gone holder's token breaks
+# nothing; a hold is released from the thread it was handed to
+MORE_CHECKS = {"ml-a": ("deadlocks", "order_violations"), "ml-b": ("deadlocks", "order_violations"),
+               "revoke": ("revoke_notices_missed", "wrong_breaks"), "handover": ("release_errors",)}
 # a holder fault that struck no holder is injected again (aimed at the same recipe), at most this often,
 # until each holder fault kind of a trial has struck a holder once
 RETRIES = 2
@@ -851,9 +875,10 @@ def assemble(st: Settings, checked: dict, skipped: dict, envinfo: dict, duration
 
 
 def hard_checks(impl: str) -> tuple:
-    """The counts that must be 0 for zkrecipes entry ``impl`` (see HARD_CHECKS and CLAIMS_INSTEAD)."""
+    """The counts that must be 0 for zkrecipes entry ``impl`` (see HARD_CHECKS, CLAIMS_INSTEAD and
+    MORE_CHECKS)."""
     instead = CLAIMS_INSTEAD.get(impl, {})
-    return tuple(instead.get(key, key) for key in HARD_CHECKS)
+    return tuple(instead.get(key, key) for key in HARD_CHECKS) + MORE_CHECKS.get(impl, ())
 
 
 def unexercised(checked: dict) -> list:

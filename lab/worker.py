@@ -14,8 +14,9 @@ Implementations (``impl`` in the config):
 - ``kazoo``: kazoo's own ``Lock``. It has no fencing token (the node's czxid would take an extra read)
   and never tells a holder its session ended; ``is_acquired`` is checked before each operation (it is
   all kazoo offers) and the register is used unfenced.
-- ``semaphore``, ``txn``, ``aio``: see :mod:`lab.semaphore_trial`, :mod:`lab.txn_trial` and
-  :mod:`lab.aio_trial` (``run_worker(worker)``, with this class's recorder, client and stop handling).
+- ``semaphore``, ``txn``, ``aio``, ``handover``, ``multilock``, ``revoke``: see :mod:`lab.semaphore_trial`,
+  :mod:`lab.txn_trial`, :mod:`lab.aio_trial`, :mod:`lab.handover_trial`, :mod:`lab.multilock_trial` and
+  :mod:`lab.revoke_trial` (``run_worker(worker)``, with this class's recorder, client and stop handling).
 - ``redis``: the classic single-instance Redis lock: ``SET key token NX PX ttl`` polled every 1 ms,
   released with a Lua compare-and-delete. Its random token is not ordered, so the register is unfenced.
 
@@ -43,7 +44,8 @@ FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0
 RW_WRITE_SHARE = 0.25
 FENCED = ("fair", "rw", "election")  # implementations whose register operations must carry a token
 MIXED_IMPLS = ("mk-zk", "mk-kazoo", "mk-refusal", "mc-zk", "mc-curator")  # lab.mixed_worker's loops
-TRIAL_MODULES = {"semaphore": "lab.semaphore_trial", "txn": "lab.txn_trial", "aio": "lab.aio_trial"}
+TRIAL_MODULES = {"semaphore": "lab.semaphore_trial", "txn": "lab.txn_trial", "aio": "lab.aio_trial",
+                 "handover": "lab.handover_trial", "multilock": "lab.multilock_trial", "revoke": "lab.revoke_trial"}
 REDIS_RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test-docker`: the test suite against the 3-server ZooKeeper ensemble of docker/docker-compose.yml.
 #
-#  1. installs docker.io and a compose tool when missing (root, apt);
+#  1. installs docker.io and a compose tool when missing (root, apt), starting no system service;
 #  2. uses the Docker engine that answers, or starts a private dockerd (its own socket, data-root,
 #     exec-root and pidfile) and stops it at the end;
 #  3. uses $ZK_IMAGE, else the official zookeeper image if it can be had, else builds docker/Dockerfile
@@ -33,12 +33,29 @@ die() { say "error: $*"; exit 1; }
 is_root() { [ "$(id -u)" = 0 ]; }
 
 # -- 1. tools ---------------------------------------------------------------------------------------------
+# What we install starts no service: docker.io's postinst would start a system dockerd (and containerd)
+# that outlives the run. Debian's policy layer (invoke-rc.d, deb-systemd-invoke) asks policy-rc.d; we
+# write one that refuses (exit 101) when the machine has none, and remove it after each install.
+POLICY_RC=/usr/sbin/policy-rc.d
+POLICY_MARK="written by zkrecipes scripts/test-docker.sh during apt-get install"
+drop_policy() {  # by its mark, not a variable: debootstrap's install runs in a $(...) subshell
+  if grep -qsF "$POLICY_MARK" "$POLICY_RC"; then rm -f "$POLICY_RC"; fi
+}
+trap drop_policy EXIT   # replaced by cleanup (which calls it too) once the engine is up
 apt_updated=0
 apt_install() {
   is_root && command -v apt-get >/dev/null 2>&1 || die "need $* and cannot install it (not root, or no apt-get)"
   if [ $apt_updated = 0 ]; then apt-get -o DPkg::Lock::Timeout=300 update -qq >&2; apt_updated=1; fi
-  say "apt-get install $*"
-  DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@" >/dev/null
+  say "apt-get install $* (starting no service)"
+  if [ ! -e "$POLICY_RC" ]; then
+    printf '#!/bin/sh\n# %s\nexit 101\n' "$POLICY_MARK" >"$POLICY_RC"
+    chmod 755 "$POLICY_RC"
+  fi
+  local rc=0
+  DEBIAN_FRONTEND=noninteractive NEEDRESTART_SUSPEND=1 \
+    apt-get -o DPkg::Lock::Timeout=300 install -y -qq "$@" >/dev/null || rc=$?
+  drop_policy
+  return $rc
 }
 apt_candidate() {  # prints the candidate version of a package, nothing when apt has none
   apt-cache policy "$1" 2>/dev/null | awk '/Candidate:/ && $2 != "(none)" {print $2}'
@@ -116,6 +133,7 @@ cleanup() {
     if [ -n "$(project_left)" ]; then say "error: left behind by down -v: $(project_left | tr '\n' ' ')"; rc=1; fi
   fi
   stop_dockerd
+  drop_policy
   if [ $rc = 0 ]; then say "done: nothing of ours is running (images stay cached)"; fi
   exit $rc
 }

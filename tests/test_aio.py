@@ -556,6 +556,7 @@ def test_exclusive_lock_hands_over_and_leaves_no_watch(zk_ensemble, zk_factory):
     async def body() -> None:
         first, second = aio.ExclusiveLock(a, "/ex", "one"), aio.ExclusiveLock(b, "/ex", "two")
         assert await first.acquire()
+        b.sync("/ex")  # b's server may not have applied a's create yet (ZooKeeper reads are not linearizable)
         assert [c.identifier for c in await second.contenders()] == ["one"]
         assert not await second.acquire(timeout=0.2)
         waiter = asyncio.create_task(second.acquire())

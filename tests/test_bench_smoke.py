@@ -104,8 +104,15 @@ def test_bench_smoke(zk_ensemble, tmp_path):
             assert row["peak_holders"] == n and row["errors"] == 0 and row["clean_exit"]
         (ours,) = [r for r in mine if r["impl"] == "zkrecipes Semaphore"]
         assert 1 <= ours["notifications_min"] and ours["notifications_max"] <= n  # at most N woken per release
+    tries = {r["impl"]: r for r in res["tries"]["rows"]}
+    for impl, r in tries.items():
+        assert r["held"]["n"] == r["free"]["n"] == cfg["tries"]["n"], impl
+        if impl.startswith("zkrecipes"):  # a try on a held lock: one listing, no write (issue 38; an ``exists``
+            # may be a nudge of a slow reply, _kazoo.Nudger)
+            assert r["held"]["requests_per_op"]["get_children"] == 1.0 and r["held"]["writes_per_op"] == 0, r
+    assert tries["kazoo Lock"]["held"]["writes_per_op"] == 2.0  # kazoo's try creates and deletes a node
     assert len(res["targets"]) == 5 and all(t["measured"] is not None for t in res["targets"])
-    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 6."):
+    for heading in ("### Targets", "### 1.", "### 2.", "### 3.", "### 4.", "### 5.", "### 6.", "### 7."):
         assert heading in md
     try:
         import matplotlib  # noqa: F401

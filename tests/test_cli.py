@@ -25,7 +25,6 @@ from lockhelpers import wait_until as _wait_until
 
 from zkrecipes import naming
 from zkrecipes.testing import Partition
-from zkrecipes.testing.ensemble import four_letter
 
 _SCRIPT = Path(sys.executable).with_name("zkrecipes")
 ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkrecipes.cli"]
@@ -387,7 +386,8 @@ def test_a_grace_longer_than_the_session_timeout_leaves_is_refused(cli):
 @pytest.mark.parametrize("option,value,says", [
     ("--session-timeout", "inf", "up to 3600"),
     ("--session-timeout", "1e9", "up to 3600"),
-    ("--session-timeout", "nan", "must be >= 0"),
+    ("--session-timeout", "nan", "got 'nan' (not a number)"),
+    ("--grace", "NaN", "got 'NaN' (not a number)"),
     ("--connect-timeout", "inf", "up to 86400"),
     ("--timeout", "1e300", "up to 86400"),
     ("--timeout", "-1", "must be >= 0"),
@@ -549,6 +549,8 @@ BAD_INPUT = {
                       "argument --timeout: not a number of seconds: 'soon'"),
     "negative --timeout": (["lock", "/x", "--timeout", "-1", "--", "true"], 2,
                            "argument --timeout: must be >= 0 seconds: '-1'"),
+    "nan --timeout": (["lock", "/x", "--timeout", "nan", "--", "true"], 2,
+                      "argument --timeout: must be a number of seconds, got 'nan' (not a number)"),
     "no hosts": (["lock", "/x", "--", "true"], 2, "zkrecipes: no ZooKeeper hosts: pass --hosts H or set ZK_HOSTS"),
     "bad hosts": (["status", "/x", "--hosts", "127.0.0.1:notaport"], 2, "zkrecipes: bad --hosts '127.0.0.1:notaport'"),
     "unreachable": (["lock", "/x", "--hosts", "127.0.0.1:1", "--connect-timeout", "1", "--", "true"], 69,
@@ -602,9 +604,9 @@ def test_help_lists_the_exit_codes():
 def _received(ensemble) -> int:
     """Requests the servers have received so far (the sum of srvr's 'Received' counters)."""
     total = 0
-    for port in ensemble.client_ports:
-        lines = [ln for ln in four_letter(port, "srvr").splitlines() if ln.startswith("Received:")]
-        assert lines, f"no srvr reply from port {port}"
+    for i in range(ensemble.size):  # the interface every ensemble has: local, external or Docker
+        lines = [ln for ln in ensemble.four_letter(i, "srvr").splitlines() if ln.startswith("Received:")]
+        assert lines, f"no srvr reply from server {i} ({ensemble.host(i)})"
         total += int(lines[0].split(":", 1)[1])
     return total
 

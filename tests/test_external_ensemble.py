@@ -23,6 +23,21 @@ def test_an_external_view_of_the_ensemble_sees_its_leader_and_settings(zk_ensemb
     assert ext.session_timeout_bounds() == (int(conf["minSessionTimeout"]), int(conf["maxSessionTimeout"]))
 
 
+def test_the_session_ensemble_answers_through_the_interface_as_an_external_view_does(zk_ensemble):
+    # whichever ensemble the fixture hands out (local, ZK_HOSTS, Docker), its own four-letter words,
+    # settings and session-timeout bounds are the servers' (EnsembleView)
+    ext = ExternalEnsemble(zk_ensemble.hosts)
+    for i in range(zk_ensemble.size):
+        srvr = zk_ensemble.four_letter(i, "srvr")
+        assert f"Mode: {zk_ensemble.mode(i)}" in srvr and zk_ensemble.mode(i) == ext.mode(i), srvr
+        conf = zk_ensemble.conf(i)
+        assert conf["clientPort"] and conf == ext.conf(i)
+        assert zk_ensemble.session_timeout_bounds() == (int(conf["minSessionTimeout"]), int(conf["maxSessionTimeout"]))
+    n = zk_ensemble.size
+    with pytest.raises(ValueError, match=rf"server index must be in 0\.\.{n - 1}, got {n}"):
+        zk_ensemble.four_letter(n, "srvr")
+
+
 def test_a_server_that_does_not_answer_is_neither_running_nor_serving():
     ext = ExternalEnsemble(f"127.0.0.1:{free_ports(1)[0]}")
     assert not ext.running(0) and ext.mode(0) is None and ext.leader() is None and ext.conf(0) == {}

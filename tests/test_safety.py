@@ -17,11 +17,15 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from toolskip import missing_tool
 
+from lab.multilock_trial import deadlocks
 from lab.run import HARD_CHECKS, HOLDER_FAULTS, hard_checks
+from zkrecipes import FairLock, MultiLock
 from zkrecipes.testing import ZooKeeperNotFound, find_classpath
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # lab/ is imported from here
@@ -125,15 +129,19 @@ def test_cli_trial_never_runs_two_commands_at_once(tmp_path):
 
 # the trials with modules of their own (issue 26): their short run injects pause and session-expiry, each
 # aimed at a holder of one of the trial's zkrecipes recipes in turn
-NEW_TRIALS = {"semaphore": ("sem",), "txn": ("txn",), "aio": ("aio-fair", "aio-sem", "aio-rw")}
+# (issue 38) hand-over, MultiLock and revocation/break: about 15-17 s each too, 50 s for the three
+NEW_TRIALS = {"semaphore": ("sem",), "txn": ("txn",), "aio": ("aio-fair", "aio-sem", "aio-rw"),
+              "handover": ("handover",), "multilock": ("ml-a", "ml-b"), "revoke": ("revoke",)}
 NEW_DEADLINE = 120.0  # seconds; each takes about 15-20 s on two CPUs
 
 
 @pytest.mark.parametrize("trial", sorted(NEW_TRIALS))
 def test_short_run_of_new_trials(tmp_path, trial):
-    """``python -m lab.run --trials semaphore|txn|aio``: the zkrecipes entries show no accepted overlap (for
-    the semaphore: never more than 3 holders inside at once), no lost increment, every loss notice, no
-    orphan and no hung worker; baselines (kazoo's Semaphore, the unfenced control) are only reported."""
+    """``python -m lab.run --trials semaphore|txn|aio|handover|multilock|revoke``: the zkrecipes entries show
+    no accepted overlap (for the semaphore: never more than 3 holders inside at once), no lost increment,
+    every loss notice, no orphan and no hung worker (and each trial's own claims: no deadlock, a hold
+    released from the thread it was handed to, breaks told and fenced); baselines (kazoo's Semaphore, the
+    unfenced control) are only reported."""
     try:
         find_classpath()
     except ZooKeeperNotFound as exc:
@@ -173,6 +181,16 @@ def test_short_run_of_new_trials(tmp_path, trial):
         t = res["totals"]["txn"]
         assert t["counter"]["value"] == t["accepted_writes"] == t["counter"]["version"] > 0, where
         assert res["totals"]["txn-control"]["baseline"], where
+    if trial == "handover":  # every hold was released by the thread it was handed to
+        t = res["totals"]["handover"]
+        assert t["handed_over"] >= t["grants"] - 1 and t["release_errors"] == 0, where  # (the last may be cut)
+    if trial == "multilock":  # both fleets ran, and neither deadlocked nor broke the order (hard checks below)
+        assert len(res["totals"]["ml-a"]["fleets"]) == 2, where
+    if trial == "revoke":  # the operator asked, broke hung holders and tried a gone holder's token
+        t = res["totals"]["revoke"]
+        assert t["operator"]["revoke"] >= 3 and t["operator"]["break"] >= 1, where
+        assert t["operator"]["stale_break_refused"] >= 1 and t["revoke_notices_got"] >= 1, where
+        assert t["ops_rejected"] >= 1, f"no broken holder's write was presented to the register\n{where}"
 
     # the verdict
     for impl in mine:
@@ -234,3 +252,64 @@ def test_mixed_fleet_trial_never_has_two_valid_holders(tmp_path, trial, zk_side,
         assert ref["attempts"] >= 10 and ref["refused"] == ref["attempts"] == ref["refused_naming_kazoo"], where
         assert ref["grants"] == 0 and ref["orphans"] == 0, where
     assert res["passed"] and proc.returncode == 0, f"{res['failures']}\n{where}"
+
+
+def test_deadlock_detector_sees_a_real_deadlock(zk_factory):
+    """The multilock trial's deadlock count (lab.multilock_trial.deadlocks) on states recorded by real locks:
+    two clients taking two FairLocks in opposite orders by hand form one wait-for cycle (each acquire then
+    times out after 2 s, which is what breaks it here); the same clients through MultiLocks listing the
+    paths in opposite orders form none, and never wait for ``a`` while holding ``b``."""
+    events: list = []
+    locks = {}
+    for who in (1, 2):
+        client = zk_factory()
+        for name in ("ml-a", "ml-b"):
+            lock = FairLock(client, f"/{name}")
+
+            def on_state(_obj, state, who=who, name=name) -> None:
+                events.append({"t": time.monotonic(), "ev": "state", "pid": who, "impl": name, "state": state})
+
+            lock.add_listener(on_state)
+            locks[(who, name)] = lock
+
+    # by hand, in opposite orders: 1 takes a then b, 2 takes b then a
+    both_first = threading.Barrier(2, timeout=10)
+    got = {}
+
+    def by_hand(who: int, first: str, second: str) -> None:
+        assert locks[(who, first)].acquire(timeout=10)
+        both_first.wait()
+        got[who] = locks[(who, second)].acquire(timeout=2.0)
+        locks[(who, first)].release()
+
+    threads = [threading.Thread(target=by_hand, args=(1, "ml-a", "ml-b")),
+               threading.Thread(target=by_hand, args=(2, "ml-b", "ml-a"))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert got == {1: False, 2: False}, "the two acquires were expected to wait for each other"
+    found = deadlocks(sorted(events, key=lambda e: e["t"]), {1: time.monotonic(), 2: time.monotonic()})
+    assert found["deadlocks"] == 1 and found["order_violations"] == 1, found
+
+    # through MultiLock, listed in opposite orders: taken in one order, no cycle
+    events.clear()
+    multis = {1: MultiLock([locks[(1, "ml-a")], locks[(1, "ml-b")]]),
+              2: MultiLock([locks[(2, "ml-b")], locks[(2, "ml-a")]])}
+    rounds = {1: 0, 2: 0}
+
+    def through_multilock(who: int) -> None:
+        for _ in range(10):
+            assert multis[who].acquire(timeout=20)
+            time.sleep(0.01)
+            multis[who].release()
+            rounds[who] += 1
+
+    threads = [threading.Thread(target=through_multilock, args=(who,)) for who in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert rounds == {1: 10, 2: 10}
+    found = deadlocks(sorted(events, key=lambda e: e["t"]), {1: time.monotonic(), 2: time.monotonic()})
+    assert found == {"deadlocks": 0, "order_violations": 0, "findings": []}, found

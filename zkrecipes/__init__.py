@@ -11,8 +11,9 @@ from .fair import FairLock
 from .latch import LeaderLatch
 from .multilock import MultiLock
 from .naming import Contender
+from .revoke import break_lock, request_revoke
 from .rwlock import ReadLock, ReadWriteLock, WriteLock
-from .semaphore import Semaphore
+from .semaphore import Lease, Semaphore
 from .transaction import HeldTransaction
 
 __version__ = "0.1.0"
@@ -26,6 +27,7 @@ __all__ = [
     "LeaderElection",
     "LeaderLatch",
     "LeaderWatch",
+    "Lease",
     "LockCancelled",
     "LockError",
     "LockLost",
@@ -37,4 +39,6 @@ __all__ = [
     "TransactionFailed",
     "WriteLock",
     "__version__",
+    "break_lock",
+    "request_revoke",
 ]

@@ -17,7 +17,6 @@ import os
 import re
 import ssl
 import time
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
@@ -28,7 +27,6 @@ from kazoo.exceptions import (
     SASLException,
     SessionClosedRequireSaslError,
 )
-from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.security import ACL, READ_ACL_UNSAFE, make_digest_acl
 
 EXIT_USAGE = 2
@@ -310,13 +308,14 @@ def start(client: KazooClient, hosts: str, connect_timeout: float, security: Sec
     deadline = time.monotonic() + connect_timeout
     with _kazoo_reasons() as reasons:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # kazoo's missing-chroot warning: the caller says it in one line
-                client.start(timeout=connect_timeout)
-        except KazooTimeoutError:
-            raise ConnectError(_unreachable(hosts, connect_timeout, reasons, security), EXIT_UNAVAILABLE) from None
-        except Exception as exc:  # with a chroot, kazoo's own first request
+            live = client.start_async()
+        except Exception as exc:
             raise _refused(exc, reasons, security, hosts) from None
+        # not client.start(timeout): on a time-out it stops the client itself, waiting out a handshake that a
+        # silent server never answers (the session timeout); the caller's close does not wait for that
+        live.wait(connect_timeout)
+        if not client.connected:
+            raise ConnectError(_unreachable(hosts, connect_timeout, reasons, security), EXIT_UNAVAILABLE)
         # kazoo reports CONNECTED before its SASL exchange; a request queued now runs after it
         result = client.exists_async("/")
         result.wait(max(0.1, deadline - time.monotonic()))

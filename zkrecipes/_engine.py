@@ -11,12 +11,16 @@ queue in one round trip; ask the recipe's *wait-rule* ``rule(ahead, me) -> block
 nodes ahead block us; watch those; when one goes, ask again. The rule may be given the last listing
 minus the nodes seen go (a superset: nodes only join behind us), so it must be monotone (removing nodes
 ahead never creates a blocker).
+
+A non-blocking attempt (``peek``) reads before it writes: if the rule blocks a node at the back of the
+queue as listed now, it ends there (no write). A blocker found then stays ahead of any node we create
+later, since nodes only join behind; a queue free then is raced for as usual.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from kazoo.exceptions import (
     ConnectionClosedError,
@@ -47,7 +51,8 @@ class SessionGone(Exception):
 
 
 class DeadlinePassed(Exception):
-    """Thrown in by a driver: the acquire's deadline passed (or a non-blocking attempt would wait)."""
+    """Thrown in by a driver: the acquire's deadline passed (or a non-blocking attempt would wait); raised
+    by the steps themselves when a non-blocking attempt (``peek``) finds the lock held."""
 
 
 class Cancelled(Exception):
@@ -82,6 +87,17 @@ class ReadAll(NamedTuple):
     """``get`` of every path, pipelined: answer a list of ``(data, stat)`` or the exception, in order."""
 
     paths: Sequence[str]
+
+
+class Write(NamedTuple):
+    """A write to someone else's node, conditional on its data ``version`` (:mod:`zkrecipes.revoke`):
+    ``set_data`` of ``data``, or a delete if ``data`` is None. Retried on transient errors: a retry of a
+    write that was applied answers BadVersionError or NoNodeError, so the steps read again. Answer: kazoo's
+    (the node's new stat for a ``set_data``)."""
+
+    path: str
+    version: int
+    data: Optional[bytes] = None
 
 
 class CreateParent(NamedTuple):
@@ -178,6 +194,46 @@ def drop_old(path: str, session: int, token: int) -> Steps[bool]:
     return deleted
 
 
+# -- the wait-rules: which nodes ahead of ``me`` (in queue order) block it --------------------------------
+def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+    """Wait-rule of exclusive queue members (FairLock, the write side, election candidates; kazoo's and
+    Curator's locks): blocked by the node immediately ahead, if any. (Nodes of another recipe never get
+    here: the node format refuses them, :meth:`~zkrecipes.formats.NodeFormat.ahead`.)"""
+    return ahead[-1] if ahead else None
+
+
+def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
+    """Wait-rule of readers: blocked by the nearest node ahead that is not a reader (``W``, or a node of
+    another format's kind: never overtaken), if any. A semaphore's lease never gets here: the node
+    format refuses it (:meth:`~zkrecipes.formats.NodeFormat.ahead`)."""
+    for node in reversed(ahead):
+        if node.kind != naming.READ:
+            return node
+    return None
+
+
+def nearest_leases(ahead: List[QueueNode], me: QueueNode) -> Optional[Sequence[QueueNode]]:
+    """Wait-rule of a lease: held while fewer than ``me.leases`` nodes are ahead; else blocked by the
+    ``me.leases`` nearest nodes ahead (all watched: any of them going may make us a holder, and while
+    they all stay they stay the nearest, so a node further ahead going cannot). Correct on a superset
+    of the nodes ahead, as the engine requires of a rule with several blockers."""
+    n = me.leases
+    return ahead[-n:] if len(ahead) >= n else None
+
+
+RULES: Dict[str, Rule] = {
+    naming.WRITE: predecessor, naming.READ: nearest_writer, naming.LEASE: nearest_leases,
+}  # by a node's kind: the rule of the recipes that make such nodes
+
+
+def holding(queue: Sequence[QueueNode]) -> List[bool]:
+    """For each node of ``queue`` (in queue order, any format), whether it holds: its kind's wait-rule
+    (:data:`RULES`) finds no blocker among the nodes ahead of it. What :class:`~zkrecipes.Contender`'s
+    ``holding`` and ``zkrecipes status`` say."""
+    nodes = list(queue)
+    return [not RULES.get(n.kind, predecessor)(nodes[:i], n) for i, n in enumerate(nodes)]
+
+
 # -- the queue ---------------------------------------------------------------------------------------
 def acquire(
     parent: str,
@@ -189,13 +245,20 @@ def acquire(
     confirm: bool = False,
     fmt: NodeFormat = formats.DEFAULT,
     seen: Optional[Callable[[int], None]] = None,
+    peek: bool = False,
 ) -> Steps[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections), or if the waiter stood still meanwhile (:data:`STALE`),
     our node is read back before we return: it must still be ours. ``fmt`` (the node format) reads every
     listing: a child it cannot queue with, or a node of another recipe ahead of ours, raises LockError (our
     node deleted). ``seen(n)``, if given, is told how many nodes are ahead of ours each time we are about
-    to wait (from what we know anyway: no request)."""
+    to wait (from what we know anyway: no request).
+
+    With ``peek`` (a non-blocking attempt) the queue is listed first and DeadlinePassed raised, nothing
+    written, if ``rule`` blocks a node at its back (:func:`_peek`); else we queue, and DeadlinePassed
+    is raised (our node deleted) instead of any wait."""
+    if peek:
+        yield from _peek(parent, prefix, rule, fmt)
     entry: Optional[Entry] = None
     ahead: List[QueueNode] = []
     watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
@@ -220,6 +283,8 @@ def acquire(
                     entry = None
                     continue
                 return entry
+            if peek:
+                raise DeadlinePassed()  # a non-blocking attempt does not wait (nor watch)
             waited = True
             if seen is not None:
                 seen(len(ahead))
@@ -239,6 +304,19 @@ def acquire(
         if entry is not None and (yield Delete(entry.path, entry.session)) is False:  # its session was gone
             yield from drop_old(entry.path, entry.session, entry.token)  # a session we gave up may keep it
         raise
+
+
+def _peek(parent: str, prefix: str, rule: Rule, fmt: NodeFormat) -> Steps[None]:
+    """A non-blocking attempt's look before it writes: one listing; DeadlinePassed if ``rule`` blocks a node
+    ``<prefix><seq>`` created now, at the back of the queue (its blockers stay ahead of anything we create
+    later: nodes only join behind). LockError, nothing written, for a child ``fmt`` cannot queue with."""
+    try:
+        children = yield Read("get_children", parent)
+    except NoNodeError:  # a new key: nobody there
+        return
+    ahead = fmt.queue(parent, children)
+    if ahead and rule(ahead, naming.parse(f"{prefix}0000000000") or _NO_NODE):  # (the rules look at our kind)
+        raise DeadlinePassed()
 
 
 def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Steps[bool]:
@@ -471,12 +549,23 @@ def race(
     guid: str,
     seen: Optional[Callable[[int], None]] = None,
     fmt: NodeFormat = formats.get(formats.ZKRECIPES, "exclusive"),
+    peek: bool = False,
 ) -> Steps[Entry]:
     """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes
     (``seen(1)`` as :func:`acquire`'s: the holder is ahead). The parent is listed in the same round trip
     as each create: a node of another recipe there (``fmt.alone``) raises LockError, our node deleted.
-    Of two recipes that create at once, the later create's listing shows the earlier node: never both held."""
+    Of two recipes that create at once, the later create's listing shows the earlier node: never both held.
+    With ``peek`` (a non-blocking attempt) the parent is listed first: DeadlinePassed if ``name`` is there,
+    LockError for a node of another recipe, nothing written either way."""
     path = f"{parent}/{name}"
+    if peek:
+        try:
+            children = yield Read("get_children", parent)
+        except NoNodeError:  # a new key: nobody there
+            children = []
+        fmt.alone(parent, children, written=False)
+        if name in children:
+            raise DeadlinePassed()
     while True:
         try:
             entry, children = yield from create(parent, acl, name, data, guid, sequence=False, listing=True)
@@ -526,18 +615,18 @@ def _alone(parent: str, entry: Entry, children: Optional[List[str]], fmt: NodeFo
 # -- observing -----------------------------------------------------------------------------------------
 def contenders(path: str) -> Steps[List[Contender]]:
     """Every node of the queue under ``path`` in order, with the data its owner wrote (reads pipelined),
-    in any node format (zkrecipes, kazoo, Curator). [] if the path does not exist; connection errors
-    propagate."""
+    in any node format (zkrecipes, kazoo, Curator), and whether it holds (:func:`holding` over the
+    listing). [] if the path does not exist; connection errors propagate."""
     try:
         nodes = formats.sort_any((yield Read("get_children", path)))
     except NoNodeError:  # never used, or an unused container parent was reaped: nobody there
         return []
     replies = yield ReadAll([f"{path}/{n.name}" for _, n in nodes])
     out = []
-    for (found, n), reply in zip(nodes, replies):
+    for (found, n), reply, holds in zip(nodes, replies, holding([n for _, n in nodes])):
         if isinstance(reply, NoNodeError):
             continue
         if isinstance(reply, BaseException):
             raise reply
-        out.append(formats.contender(found, n, reply[0]))
+        out.append(formats.contender(found, n, reply[0], holds))
     return out

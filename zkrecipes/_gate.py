@@ -26,6 +26,7 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optio
 
 from kazoo.client import KazooClient
 
+from . import metrics as _metrics
 from ._engine import Delete, Steps, WaitGate, drop_old
 from .errors import LockError, LockLost
 from .naming import LEASE, READ, WRITE, QueueNode, distance
@@ -376,3 +377,6 @@ def release_hold(hold: Any) -> Steps[None]:
             yield from drop_old(hold.node, hold.session, hold.token)
     finally:
         hold.close()
+        hooks = _metrics.installed
+        if hooks is not None:
+            _metrics.ended(hooks, hold)

@@ -23,16 +23,25 @@ from kazoo.protocol.connection import ConnectionHandler
 from kazoo.protocol.serialization import (
     CheckVersion,
     Connect,
+    Create,
     Create2,
     Delete,
     Exists,
     GetChildren,
+    MultiHeader,
+    SetData,
     Transaction,
+    ZnodeStat,
     int_struct,
+    long_struct,
+    read_string,
+    stat_struct,
     write_string,
 )
 from kazoo.protocol.states import KeeperState
 from kazoo.security import ACL
+
+from . import metrics as _metrics
 
 AsyncResult = Any  # kazoo's IAsyncResult of the client's handler (untyped in kazoo)
 Request = Any  # a kazoo serialization request (Create2, GetChildren, ...)
@@ -122,6 +131,32 @@ class CreateContainer(Create2):  # type: ignore[misc]  # kazoo's requests are un
     """createContainer (opcode 19, ZooKeeper >= 3.5); its reply is path + stat, like create2."""
 
     type = 19
+
+
+class CreateTTL(collections.namedtuple("CreateTTL", "path data acl flags ttl")):
+    """createTTL (opcode 21; ZooKeeper >= 3.5.3 started with ``-Dzookeeper.extendedTypesEnabled=true``,
+    else the server answers UnimplementedError): with flags 5 (PERSISTENT_WITH_TTL) a persistent node the
+    server deletes once it has had no child and no change for ``ttl`` ms (its container reaper looks every
+    ``znode.container.checkIntervalMs``). Its reply, alone or in a multi, is path + stat, like create2.
+    kazoo 2.9.0-2.11.0 has no TTL nodes."""
+
+    type = 21
+
+    def serialize(self) -> bytearray:
+        b = bytearray(Create2(self.path, self.data, self.acl, self.flags).serialize())
+        b.extend(long_struct.pack(self.ttl))
+        return b
+
+    deserialize = Create2.deserialize
+
+
+PERSISTENT_WITH_TTL = 5  # CreateMode flags of a createTTL
+
+
+def add_create_ttl(tx: TransactionRequest, path: str, data: bytes, acl: Sequence[ACL], ttl_ms: int) -> None:
+    """Add a createTTL of ``path`` to kazoo's transaction ``tx`` (``_add``; 2.9.0-2.11.0). Its result reads
+    as kazoo's create results do, the path, once the multi is sent by :func:`commit_fenced`."""
+    tx._add(CreateTTL(tx.client.chroot + path, data, list(acl), PERSISTENT_WITH_TTL, ttl_ms))
 
 
 class RemoveWatches:
@@ -301,6 +336,9 @@ class Nudger:
             waiting = self.armed = True
             if now - oldest >= NUDGE_AFTER and h._nudged != oldest and conn.client._state in _LIVE:
                 h._nudged, h.nudges = oldest, h.nudges + 1
+                hooks = _metrics.installed
+                if hooks is not None:
+                    _metrics.call(hooks.nudge)
                 log.debug("no reply for %.0f ms: nudging the server", (now - oldest) * 1e3)
                 submit(conn.client, [Exists(conn.client.chroot or "/", None)])
         return waiting
@@ -331,41 +369,89 @@ def is_stopped(client: KazooClient) -> bool:
     return bool(client._stopped.is_set())
 
 
-def submit(client: KazooClient, requests: Sequence[Request]) -> List[AsyncResult]:
+def submit(
+    client: KazooClient, requests: Sequence[Request], out: Optional[List[AsyncResult]] = None
+) -> List[AsyncResult]:
     """Queue ``requests`` back to back on the session and wake kazoo's connection thread once.
 
     ZooKeeper answers a session's requests in order, so a create and a get_children sent together cost
     one round trip; kazoo's ``_call`` wakes its I/O thread once per request (a thread switch each on a
-    small machine). Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and ``_call``
-    (2.9.0-2.11.0); paths must already carry the chroot.
+    small machine). The results are also added to ``out`` before anything is queued: a caller interrupted
+    in here (Ctrl-C) still has them. Relies on ``_queue``, ``_state``, ``_connection._write_sock`` and
+    ``_call`` (2.9.0-2.11.0); paths must already carry the chroot.
     """
     handler = client.handler
     threads = type(handler) is SequentialThreadingHandler
     results = [Result(handler) if threads else handler.async_result() for _ in requests]
+    if out is not None:
+        out.extend(results)
     write_sock = client._connection._write_sock
     if client._state in _UNUSABLE or write_sock is None:
         for req, ar in zip(requests, results):
             client._call(req, ar)  # sets the right exception
         return results
-    client._queue.extend(zip(requests, results))
-    try:
-        write_sock.send(b"\0" * len(requests))  # the I/O thread sends one request per byte
-    except OSError:
+    if not _queue_and_wake(client, write_sock, list(zip(requests, results))):
         for ar in results:
             if not ar.ready():
                 ar.set_exception(ConnectionClosedError("Connection has been closed"))
     return results
 
 
+def _queue_and_wake(client: KazooClient, write_sock: Any, pairs: List[Tuple[Request, Any]]) -> bool:
+    """Queue ``pairs`` (request, result) and write one wake byte each; False if the socket was closed.
+
+    kazoo's I/O thread sends one queued request per wake byte, so a request queued without its byte would
+    leave the client one request behind for good (each later one sent a request late). The byte is written
+    even if an exception from a signal handler (Ctrl-C, the CLI's SIGTERM) lands just after the queueing:
+    Python runs signal handlers between bytecodes, and only the append comes before the ``finally``. A
+    byte written for nothing queued is harmless: the I/O thread discards a byte when its queue is empty.
+    Relies on ``_queue`` and the socket pair (2.9.0-2.11.0)."""
+    send, wake, sent = write_sock.send, b"\0" * len(pairs), False
+    try:
+        client._queue.extend(pairs)
+    finally:
+        try:
+            send(wake)
+            sent = True
+        except OSError:
+            pass  # closed under us (client.stop()): the caller fails the requests
+    return sent
+
+
+def _wake_for_every_request() -> None:
+    """Make kazoo's ``KazooClient._call`` (every request of its public API) write its wake byte even when
+    an exception from a signal handler lands right after the queueing (see :func:`_queue_and_wake`), for
+    every client of the process (installed once, at import). kazoo's own refusals (a closed, expired or
+    unauthenticated client, a closed socket) are left to it (``_call``, ``_state``; 2.9.0-2.11.0)."""
+    if getattr(KazooClient, "_zkrecipes_wakes", False):
+        return
+    call = KazooClient._call
+
+    def _call(self: Any, request: Any, async_object: Any) -> Any:
+        write_sock = self._connection._write_sock
+        if self._state in _UNUSABLE or write_sock is None:
+            return call(self, request, async_object)  # kazoo's refusal: sets the right exception
+        if not _queue_and_wake(self, write_sock, [(request, async_object)]):
+            async_object.set_exception(ConnectionClosedError("Connection has been closed"))
+        return None
+
+    KazooClient._call = _call
+    KazooClient._zkrecipes_wakes = True
+
+
+_wake_for_every_request()
+
+
 def create_and_list(
-    client: KazooClient, path: str, data: bytes, acl: Sequence[ACL], flags: int, parent: Optional[str]
+    client: KazooClient, path: str, data: bytes, acl: Sequence[ACL], flags: int, parent: Optional[str],
+    out: Optional[List[AsyncResult]] = None,
 ) -> Tuple[AsyncResult, Optional[AsyncResult]]:
     """Create ``path`` (create2: the reply has the stat) and, if ``parent`` is given, list its children in
-    the same round trip."""
+    the same round trip. The results are added to ``out`` before anything is sent (see :func:`submit`)."""
     requests: List[Request] = [Create2(client.chroot + path, data, list(acl), flags)]
     if parent is not None:
         requests.append(GetChildren(client.chroot + parent, None))
-    results = submit(client, requests)
+    results = submit(client, requests, out)
     return results[0], (results[1] if parent is not None else None)
 
 
@@ -471,6 +557,33 @@ class _FencedMulti(Transaction):  # type: ignore[misc]  # kazoo's requests are u
         if client._session_id != session:  # no node has version -2: the multi fails, nothing applied
             return Transaction([CheckVersion(node, -2)]).serialize()  # type: ignore[no-any-return]
         return super().serialize()  # type: ignore[no-any-return]
+
+    @classmethod
+    def deserialize(cls, buf: bytes, offset: int) -> List[Any]:
+        """kazoo's multi results, also for the create2-family operations it does not read (createTTL: the
+        server answers path + stat, header type create2), each read as kazoo reads a create: the path."""
+        header = MultiHeader(None, False, None)
+        results: List[Any] = []
+        while not header.done:
+            if header.type is not None:
+                response: Any
+                if header.type == Create.type:
+                    response, offset = read_string(buf, offset)
+                elif header.type in (Create2.type, CreateContainer.type, CreateTTL.type):
+                    response, offset = read_string(buf, offset)
+                    offset += stat_struct.size
+                elif header.type == SetData.type:
+                    response = ZnodeStat._make(stat_struct.unpack_from(buf, offset))
+                    offset += stat_struct.size
+                elif header.type == -1:
+                    err = int_struct.unpack_from(buf, offset)[0]
+                    offset += int_struct.size
+                    response = kazoo.exceptions.EXCEPTIONS[err]()
+                else:  # delete, check
+                    response = True
+                results.append(response)
+            header, offset = MultiHeader.deserialize(buf, offset)
+        return results
 
 
 def commit_fenced(client: KazooClient, operations: Sequence[Request], session: int, *nodes: str) -> AsyncResult:

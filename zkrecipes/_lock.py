@@ -17,7 +17,8 @@ import sys
 import threading
 import time
 import warnings
-from typing import Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -25,15 +26,20 @@ from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
+from . import metrics as _metrics
 from . import retry as _retry  # the keyword argument is called retry
 from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
+from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
 from ._signature import NamedInit
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
-from .naming import Contender, QueueNode
-from .session import HELD, LOST, Hold, SessionWatcher
+from .naming import Contender
+from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
+
+if TYPE_CHECKING:
+    from .once import Once
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -42,13 +48,8 @@ IDLE: LockState = "idle"
 WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[[Any, str], None]
-Owner = Hashable  # a thread, or an asyncio task
-
-
-def predecessor(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of exclusive queue members: blocked by the node immediately ahead, if any. (Nodes of
-    another recipe never get here: the node format refuses them, :meth:`~zkrecipes.formats.NodeFormat.ahead`.)"""
-    return ahead[-1] if ahead else None
+Owner = Hashable  # a thread, an asyncio task, or an object-owned lock's ObjectOwner
+OBJECT = "object"  # owner="object": the hold belongs to the lock object (hand-over)
 
 
 def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
@@ -86,12 +87,129 @@ def _confirm(hold: Hold) -> Steps[Optional[Exception]]:
     return None
 
 
+def _verify(hold: Hold) -> bool:
+    """The hold's node still exists and belongs to its session (the session thread asks)."""
+    stat = hold.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(hold.client))
+    return owns(stat, hold.session)
+
+
+def _always() -> bool:
+    return True
+
+
+def _cleanup(hold: Hold, policy: Optional[tenacity.Retrying], after_told: Callable[[], bool] = _always) -> None:
+    """Delete the node of a hold declared lost while its session lived on, once the session is back
+    (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later); or, once the
+    client has a new session, the node if its old session still keeps it, after ``after_told()`` says
+    the listeners ran (:func:`zkrecipes._engine.drop_old`)."""
+    if _kazoo.session_id(hold.client) not in (None, hold.session):
+        if after_told():
+            _drive.drop_old(hold.client, hold.node, hold.session, hold.token, policy)
+        return
+    if _verify(hold):
+        _drive.delete(hold.client, hold.node, hold.session, policy)
+
+
+def validate_owner(owner: object, word: str) -> bool:
+    """``owner=`` checked (before any request): True for ``"object"``, False for the front's own
+    ``word`` (``"thread"`` / ``"task"``) or None (the default, the same)."""
+    if owner is None or owner == word:
+        return False
+    if owner == OBJECT:
+        return True
+    raise ValueError(f"owner must be {word!r} or {OBJECT!r}, got {owner!r}")
+
+
+class ObjectOwner:
+    """The owner of an object-owned lock's holds (``owner="object"``): the gate keys them by it, and the
+    hold and the gate call the lock object through it (:meth:`LockCore._own_by_object`) -- weakly, so a
+    lock object dropped while it holds can be collected; its hold is then released, with a warning
+    (:func:`_orphaned`)."""
+
+    __slots__ = ("ref", "retry", "gate", "acquiring", "__weakref__")
+
+    def __init__(self, obj: "LockCore") -> None:
+        self.ref = weakref.ref(obj)
+        self.retry = obj.retry
+        self.gate: Optional[Gate] = None  # the gate it last held on
+        self.acquiring = False  # an acquire of the object is under way
+
+    def acquire(self, me: "ObjectOwner", blocking: bool) -> Steps[bool]:
+        """The object's ``_acquire``: its recipe's, once at a time; LockError naming the path if the object
+        holds or is acquiring already (not reentrant: no self-deadlock, no level counting)."""
+        obj = self.ref()
+        assert obj is not None  # (its own acquire refers to it)
+        with _claims:
+            if self.acquiring or obj._gate_for(me).owned(me) is not None:
+                raise LockError(f"{obj.path}: this {obj._title} object already holds or is acquiring it "
+                                "(owner='object' is not reentrant: release() it first, from any thread)")
+            self.acquiring = True
+        try:
+            return (yield from type(obj)._acquire(obj, me, blocking))
+        finally:
+            self.acquiring = False
+
+    def release(self, me: "ObjectOwner") -> Steps[None]:
+        """The object's ``_release``: its recipe's; as the object holds no other level, it stops following
+        a hold other owners keep (a shared read)."""
+        obj = self.ref()
+        assert obj is not None  # (its own release refers to it)
+        gate = obj._gate_for(me)
+        left = gate.leave(me, obj._kind, obj._title)
+        if not left.last:
+            with gate.mutex:
+                mine = gate.objects.pop(self, None)
+            if mine is not None:
+                left = left._replace(detach=left.detach + [mine])
+        return _gate.finish_leave(gate, left)
+
+    def track(self, me: object, gate: Gate) -> None:
+        self.gate = gate  # (no reaper: an object never ends; a collected one is released by _orphaned)
+
+    def told(self, hold: Hold, state: str) -> None:
+        obj = self.ref()
+        if obj is not None:
+            type(obj)._told(obj, hold, state)
+
+    def detach(self, hold: Hold) -> None:
+        obj = self.ref()
+        if obj is not None:
+            type(obj)._detach(obj, hold)
+
+    def verify(self, hold: Hold) -> bool:
+        return _verify(hold)
+
+    def cleanup(self, hold: Hold) -> None:
+        obj = self.ref()
+        _cleanup(hold, self.retry, _always if obj is None else obj._after_told)
+
+    def __repr__(self) -> str:
+        return f"<ObjectOwner of {self.ref()!r}>"
+
+
+_claims = threading.Lock()
+
+
+def _orphaned(owner: ObjectOwner, what: str) -> None:
+    """``owner``'s lock object was collected: release what it held (on the reaper thread, with a warning)."""
+    gate = owner.gate
+    if gate is not None:
+        _reaper.hand_over(lambda: _dropped(gate, owner, what))
+
+
+def _dropped(gate: Gate, owner: ObjectOwner, what: str) -> Optional[_reaper.Job]:
+    left = gate.drop(owner)
+    return None if left is None else _reaper.Job(gate, left, what, log)
+
+
 class Participant(NamedInit):
     """Validates the shared constructor arguments (before any ZooKeeper call), keeps states and
     listeners, and makes and checks holds. A front supplies the ``_told`` hook (below)."""
 
     _recipe = "lock"  # what its node format is for (:data:`zkrecipes.formats.RECIPES`)
     _title = "FairLock"  # the recipe, as its users call it, in messages
+    _metric = "fair"  # the recipe's label in metrics (zkrecipes.metrics)
+    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _owner_word = "thread"  # who owns a hold, in error messages
 
     def __init__(
@@ -145,17 +263,39 @@ class Participant(NamedInit):
     def _report(self, hold: Hold, state: str) -> None:
         raise NotImplementedError
 
+    def _bind(self) -> None:
+        """Before an acquire: tie the object to where its listeners run (the asyncio front: the loop)."""
+
     # -- states and listeners ------------------------------------------------------------------------
     def _set_state(self, state: str) -> None:
-        """Record ``state`` and tell the listeners once per change (never from kazoo's threads)."""
-        if not self._listeners:  # nobody to tell: a plain store (a listener added meanwhile sees the next)
-            self._state = state
+        """Record ``state`` and tell the listeners and the metrics hooks once per change (never from
+        kazoo's threads)."""
+        hooks = _metrics.installed
+        if not self._listeners and hooks is None:  # nobody to tell: a plain store (a listener added
+            self._state = state  # meanwhile sees the next change)
             return
         with self._state_lock:
-            if self._state == state:
+            old = self._state
+            if old == state:
                 return
             self._state = state
             listeners = list(self._listeners)
+        if hooks is not None:
+            _metrics.call(hooks.state, self._metric, self.path, old, state)
+        self._call_listeners(listeners, state)
+
+    def _timed(self, steps: Steps[bool]) -> Steps[bool]:
+        """An acquire's (campaign's) steps, timed for the metrics hooks if any are installed."""
+        hooks = _metrics.installed
+        return steps if hooks is None else _metrics.timed_acquire(hooks, self._metric, self.path, self._is_cancelled,
+                                                                   steps)
+
+    def _seen_by(self) -> Optional[Callable[[int], None]]:
+        """The ``seen(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""
+        hooks = _metrics.installed
+        return self._seen if hooks is None else _metrics.seen(hooks, self._metric, self.path, self._seen)
+
+    def _call_listeners(self, listeners: List[Listener], state: str) -> None:
         for fn in listeners:
             try:
                 fn(self, state)
@@ -195,25 +335,16 @@ class Participant(NamedInit):
             watcher = self._watcher = SessionWatcher.of(self.client)
         hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
         hold.gate = gate
+        hold.recipe = self._metric
         if _kazoo.session_id(self.client) != entry.session:
             hold.settle()  # the connection dropped, or the session ended, while we were granted
         return hold
 
     def _verify(self, hold: Hold) -> bool:
-        """Our node still exists and belongs to the hold's session (the session thread asks)."""
-        stat = self.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(self.client))
-        return owns(stat, hold.session)
+        return _verify(hold)
 
     def _cleanup(self, hold: Hold) -> None:
-        """Delete the node of a hold declared lost while its session lived on, once the session is back
-        (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later); or, once the
-        client has a new session, the node if its old session still keeps it (after the listeners ran)."""
-        if _kazoo.session_id(self.client) not in (None, hold.session):
-            if self._after_told():
-                _drive.drop_old(self.client, hold.node, hold.session, hold.token, self.retry)
-            return
-        if self._verify(hold):
-            _drive.delete(self.client, hold.node, hold.session, self.retry)
+        _cleanup(hold, self.retry, self._after_told)
 
     def _after_told(self) -> bool:
         """Return once the listeners told of a change so far have run (the session thread asks); False if
@@ -243,12 +374,52 @@ class LockCore(Participant):
     _kind = naming.WRITE
     _gate_key = "queue"  # lock objects with the same (client, path, key) share a gate
     _gate_prefix = ""  # the asyncio front's tasks get gates of their own, apart from threads
-    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
+    _revoke_event: Any = None  # revoke_requested, made when first read
+    _revokes_told: "Optional[weakref.WeakSet[Hold]]" = None  # holds whose revoke request we told
+    _by_object: Optional[ObjectOwner] = None  # set with owner="object": the owner of this object's holds
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        host: Optional[str] = None,
+        acl: Optional[Sequence[ACL]] = None,
+        retry: Optional[tenacity.Retrying] = None,
+        tolerate_suspended: bool = False,
+        protocol: str = formats.ZKRECIPES,
+        owner: Optional[str] = None,
+    ) -> None:
+        by_object = validate_owner(owner, self._owner_word)
+        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
+                         tolerate_suspended=tolerate_suspended, protocol=protocol)
+        if by_object:
+            self._own_by_object()
 
     def _setup(self) -> None:
         self._gate: Gate = _gate.gate(self.client, self.path, self._gate_prefix + self._gate_key)
         self._attached: Set[Hold] = set()  # the holds this object reports on
+
+    def _own_by_object(self) -> None:
+        """owner="object": the object's :class:`ObjectOwner` owns its holds for every thread and task. Its
+        ``_acquire`` refuses a second acquire, its ``_release`` detaches the object; the hold's and the
+        gate's callbacks (``_told``, ``_detach``, ``_verify``, ``_cleanup``) go through the owner,
+        so nothing of this process refers to the object strongly while it holds, and following an ended
+        owner (``_track``) becomes remembering the gate: a collected object's hold is released then."""
+        me = self._by_object = ObjectOwner(self)
+        self._owner_word = OBJECT
+        self._acquire = me.acquire  # type: ignore[method-assign,assignment]
+        self._release = me.release  # type: ignore[method-assign,assignment]
+        self._told = me.told  # type: ignore[method-assign]
+        self._detach = me.detach  # type: ignore[method-assign]
+        self._verify = me.verify  # type: ignore[method-assign]
+        self._cleanup = me.cleanup  # type: ignore[method-assign]
+        self._track = me.track  # type: ignore[method-assign]
+        fin = weakref.finalize(self, _orphaned, me, f"{type(self).__name__} {self.path!r} (owner='object', "
+                               "garbage-collected while it held)")
+        fin.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
 
     # -- what a front supplies ---------------------------------------------------------------------
     def _current_owner(self) -> Optional[Owner]:
@@ -266,15 +437,21 @@ class LockCore(Participant):
     def _wake_gates(self) -> None:
         self._gate.wake_all()
 
-    def _steps(self) -> Steps[Entry]:
+    def _steps(self, peek: bool = False) -> Steps[Entry]:
+        """Our node's life until granted; ``peek``: a non-blocking attempt (it looks before it writes)."""
         fmt = self._format
         prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen)
+        return _engine.acquire(
+            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen_by(), peek=peek
+        )
 
     # -- the life ------------------------------------------------------------------------------------
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         """Enter the gate (re-entry, a local reader joining, or our turn to queue), queue our node, hold.
-        False on a miss, the deadline or a cancel (our node deleted)."""
+        False on a miss, the deadline or a cancel (our node deleted). Timed for the metrics hooks."""
+        return self._timed(self._acquire_steps(me, blocking))
+
+    def _acquire_steps(self, me: Owner, blocking: bool) -> Steps[bool]:
         gate = self._gate_for(me)
         mine = gate.owned(me) if gate.counts else None  # (only ``me`` adds itself to counts)
         if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
@@ -296,15 +473,17 @@ class LockCore(Participant):
             return False
         if self.lost.is_set():  # (clear() takes a lock: only when there is something to clear)
             self.lost.clear()
+        if self._revoke_event is not None and self._revoke_event.is_set():
+            self._revoke_event.clear()
         self._set_state(WAITING)
         hold = None
         try:
-            entry = yield from self._steps()
+            entry = yield from self._steps(peek=not blocking)
             hold = self._make_hold(entry, gate, self._told)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
-            gate.granted(me, self._kind, hold, self, self._detach)
+            gate.granted(me, self._kind, hold, self._by_object or self, self._detach)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
@@ -312,6 +491,8 @@ class LockCore(Participant):
         self._track(me, gate)
         self._attached.add(hold)
         self._report(hold, hold.state)  # (a change before this line was not reported: not yet attached)
+        if self._revoke_event is not None or self._listeners:  # someone to tell: follow our node
+            self._follow(hold)
         return True
 
     def _look_for_writers(self, gate: Gate, me: Owner) -> Steps[None]:
@@ -344,11 +525,13 @@ class LockCore(Participant):
 
     # -- reporting -----------------------------------------------------------------------------------
     def _attach(self, gate: Gate, hold: Hold) -> None:
-        if not gate.attach(self, self._kind, self._detach):
+        if not gate.attach(self._by_object or self, self._kind, self._detach):
             return
         self._attached.add(hold)
         hold.add_listener(self._told)
         self._report(hold, hold.state)
+        if self._revoke_event is not None or self._listeners:  # someone to tell: follow our node
+            self._follow(hold)
 
     def _detach(self, hold: Hold) -> None:
         hold.remove_listener(self._told)
@@ -358,9 +541,58 @@ class LockCore(Participant):
     def _report(self, hold: Hold, state: str) -> None:
         if hold not in self._attached:
             return  # detached meanwhile: old news (a loss found while releasing is still told)
+        if state == REVOKE:
+            event = self._revoke_event
+            if event is not None:
+                event.set()
+            with self._state_lock:
+                if self._revokes_told is None:
+                    self._revokes_told = weakref.WeakSet()
+                if hold in self._revokes_told:
+                    return  # once per hold
+                self._revokes_told.add(hold)
+                listeners = list(self._listeners)
+            self._call_listeners(listeners, REVOKE)
+            return
         if state == LOST:
             self.lost.set()
         self._set_state(state)
+
+    # -- revocation (see zkrecipes.revoke) ---------------------------------------------------------------
+    @property
+    def revoke_requested(self) -> Any:
+        """Set when someone asked the holder to let go (:func:`zkrecipes.request_revoke`, Curator's
+        ``Revoker.attemptRevoke``); listeners are called with ``"revoke-requested"`` too. Nothing is taken:
+        the hold stays until released (or broken: :func:`zkrecipes.break_lock`). Cleared by the next acquire
+        that queues a node. A ``threading.Event`` (an ``asyncio.Event`` in :mod:`zkrecipes.aio`).
+
+        Holds follow their node (one read and one data watch per hold, not waited for) only for a lock
+        object that listens: from the first read of this attribute, or once it has a listener. Such a
+        hold also learns at once that its node was deleted by someone else: it is lost."""
+        event = self._revoke_event
+        if event is None:
+            with self._state_lock:
+                if self._revoke_event is None:
+                    self._revoke_event = self._new_event()
+                event = self._revoke_event
+            for hold in list(self._attached):
+                hold.follow_node()
+                if hold.revoke:  # seen for another object of the hold: told where this front tells
+                    self._told(hold, REVOKE)
+        return event
+
+    def add_listener(self, fn: Listener) -> None:
+        super().add_listener(fn)
+        for hold in list(self._attached):
+            hold.follow_node()
+
+    add_listener.__doc__ = Participant.add_listener.__doc__
+
+    def _follow(self, hold: Hold) -> None:
+        """Follow ``hold``'s node (this object listens); tell it a revoke request seen before it attached."""
+        hold.follow_node()
+        if hold.revoke:
+            self._report(hold, REVOKE)
 
     # -- what every lock reports -------------------------------------------------------------------
     def _my_hold(self, me: Optional[Owner]) -> Optional[Hold]:
@@ -393,14 +625,15 @@ class LockCore(Participant):
         """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
         gate = self._gate_for(self._current_owner())
         hold = gate.hold
-        return hold.token if hold is not None and hold.state != LOST and self in gate.objects else None
+        mine = hold is not None and hold.state != LOST and (self._by_object or self) in gate.objects
+        return hold.token if mine else None
 
     @property
     def node(self) -> Optional[str]:
         """Full path of our node while held, else None."""
         gate = self._gate_for(self._current_owner())
         hold = gate.hold
-        return hold.node if hold is not None and self in gate.objects else None
+        return hold.node if hold is not None and (self._by_object or self) in gate.objects else None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"
@@ -409,8 +642,10 @@ class LockCore(Participant):
 class Threaded(Participant):
     """The threaded front: a hold is owned by a thread; steps run on the calling thread (:class:`Driver`)."""
 
-    def _current_owner(self) -> threading.Thread:
-        return threading.current_thread()
+    _by_object: Optional[ObjectOwner] = None
+
+    def _current_owner(self) -> Owner:
+        return self._by_object or threading.current_thread()
 
     def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         try:  # steps that need no request (a check of a confirmed hold, a re-entry) need no driver
@@ -469,11 +704,14 @@ class Lock(Threaded, LockCore):
 
         Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
         called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
-        created is deleted and its watch removed. Reentrant per thread: each acquire needs a release.
+        created is deleted and its watch removed. Reentrant per thread: each acquire needs a release
+        (with ``owner="object"`` the object owns the hold: a second acquire of it raises LockError).
         Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.
-        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``.
+        ``timeout=0`` makes one attempt without waiting, like ``blocking=False``. Such an attempt lists the
+        queue first: if the listing shows the lock held, it returns False after that one read, with no
+        write; if another thread of this process holds it, with no request at all.
 
         A blocking call on a thread that runs an asyncio event loop stops the loop until the lock is
         granted: it warns (``RuntimeWarning``, once per lock object); use :mod:`zkrecipes.aio` there.
@@ -481,21 +719,22 @@ class Lock(Threaded, LockCore):
         blocking, deadline = acquire_deadline(blocking, timeout)
         if blocking and not self._warned_loop and _in_event_loop():
             self._warn_loop()
-        me = threading.current_thread()
+        me = self._by_object or threading.current_thread()
         self._reap(me)
         self._cancelled = False
         return self._run(self._acquire(me, blocking), deadline, not blocking)
 
     def release(self) -> None:
-        """Release one level of this thread's hold; the last release deletes our node.
+        """Release one level of this thread's hold (with ``owner="object"``: the object's hold, from any
+        thread); the last release deletes our node.
 
-        Raises LockError if the calling thread does not hold the lock. After the hold was lost,
+        Raises LockError if the calling thread (the object) does not hold the lock. After the hold was lost,
         release only clears local state: it never deletes a node that may now be someone else's (only one
         it has just read as a node of a session this client gave up, see docs/session-loss.rst). Without
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """
-        me = threading.current_thread()
+        me = self._by_object or threading.current_thread()
         self._reap(me)
         Driver(self.client, None, never, self.retry).run(self._release(me))  # (not cancellable: no cancel() hook)
 
@@ -506,7 +745,7 @@ class Lock(Threaded, LockCore):
         Cheap (no request) unless the process stood still since the hold was last confirmed: then it
         first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
         ZooKeeper cannot be reached to say so."""
-        me = threading.current_thread()
+        me = self._by_object or threading.current_thread()
         self._reap(me)
         self._run(self._check(me))
 
@@ -521,7 +760,7 @@ class Lock(Threaded, LockCore):
                       f"the loop until the lock is granted; in coroutines use zkrecipes.aio."
                       f"{type(self).__name__} (await lock.acquire())", RuntimeWarning, stacklevel=level)
 
-    def _reap(self, me: threading.Thread) -> None:
+    def _reap(self, me: Owner) -> None:
         """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
         counts = self._gate.counts
         if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
@@ -542,6 +781,17 @@ class Lock(Threaded, LockCore):
             yield self
         finally:
             self.release()
+
+    def once(self, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "Once":
+        """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout
+        after ``timeout``), then ``run`` is true if ``key`` was not done within ``keep`` seconds (default a
+        day) by anyone holding this lock path; ``run.done()`` marks it done, fenced by the hold. A job that
+        raises, or a hold lost before ``done()``, leaves the key open. See :doc:`/once` and
+        :class:`~zkrecipes.once.Once`. A bad key or keep, or a read lock or semaphore, raises before any
+        request."""
+        from .once import Once
+
+        return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (naming.READ, naming.LEASE))
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 import weakref
-from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Deque, Dict, Iterable, List, NamedTuple, Optional, Tuple, Union
 
 from . import _gate, _kazoo
 from ._drive import Driver, never
@@ -50,8 +50,9 @@ class Job(NamedTuple):
 # threads that hold (or held) something, and the gates they hold it on (weakly: a gate nobody uses goes
 # at once, as the per-key benchmark checks), keyed by id so that a re-acquire finds its entry cheaply
 _held: "Dict[threading.Thread, Dict[int, weakref.ref[Gate]]]" = {}
-_jobs: Deque[Job] = collections.deque()  # handed over, not yet done (the reaper thread does them)
-_lock = threading.Lock()
+# handed over, not yet done (the reaper thread does them); a callable is a job found on the reaper thread
+_jobs: "Deque[Union[Job, Callable[[], Optional[Job]]]]" = collections.deque()
+_lock = threading.RLock()  # (reentrant: a lock object collected while this thread holds it hands a job over)
 _working = threading.Lock()  # held while releasing: the exit waits for a release under way
 _wake = threading.Event()  # a job was handed over
 _thread: Optional[threading.Thread] = None
@@ -74,8 +75,10 @@ def track(owner: threading.Thread, gate: Gate) -> None:
         _start()
 
 
-def hand_over(job: Job) -> None:
-    """Release ``job`` on the reaper thread, at once (any thread; its owner has ended)."""
+def hand_over(job: "Union[Job, Callable[[], Optional[Job]]]") -> None:
+    """Release ``job`` on the reaper thread, at once (any thread; its owner has ended). A callable is
+    called there first, for the job (None: nothing to release): what a finalizer hands over, as it
+    may run in the middle of anything on its thread."""
     with _lock:
         _jobs.append(job)
         _start()
@@ -176,8 +179,10 @@ def _do_jobs() -> None:
         with _lock:
             if not _jobs:
                 return
-            job = _jobs.popleft()
-        release(job)
+            todo = _jobs.popleft()
+        job = todo if isinstance(todo, Job) else todo()
+        if job is not None:
+            release(job)
 
 
 def _tick() -> None:
@@ -239,8 +244,9 @@ def _exit_jobs() -> List[Job]:
         except Exception:
             log.exception("listing the holds of ended owners at exit failed")
     with _lock:
-        jobs.extend(_jobs)
+        todo = list(_jobs)
         _jobs.clear()
+    jobs.extend(j for j in (t if isinstance(t, Job) else t() for t in todo) if j is not None)
     reap_ended(jobs.append)
     return jobs
 
@@ -254,7 +260,7 @@ def _forget(*_: object) -> None:  # a forked child: its inherited holds are the 
     global _thread, _lock, _working, _wake
     _held.clear()
     _jobs.clear()
-    _thread, _lock, _working, _wake = None, threading.Lock(), threading.Lock(), threading.Event()
+    _thread, _lock, _working, _wake = None, threading.RLock(), threading.Lock(), threading.Event()
 
 
 if hasattr(os, "register_at_fork"):

@@ -21,7 +21,7 @@ class NamedInit:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        inner: Callable[..., None] = getattr(cls.__init__, "__wrapped__", cls.__init__)
+        inner = _own_init(cls)
         name = public_name(cls)
 
         @functools.wraps(inner)
@@ -35,4 +35,16 @@ class NamedInit:
                     raise TypeError(f"{name}() {wrong}") from None
                 raise
 
+        __init__._inherited = "__init__" not in cls.__dict__  # type: ignore[attr-defined]
         cls.__init__ = __init__  # type: ignore[method-assign]
+
+
+def _own_init(cls: type) -> Callable[..., None]:
+    """The ``__init__`` the class would run without the wrappers: the first one in its MRO that a class
+    defines (a wrapper a class got only for an inherited one does not count, so a mixin that defines
+    none does not hide a later base's, as type checkers see it)."""
+    for k in cls.__mro__:
+        f = k.__dict__.get("__init__")
+        if f is not None and not getattr(f, "_inherited", False):
+            return getattr(f, "__wrapped__", f)  # type: ignore[no-any-return]
+    raise AssertionError("object defines __init__")  # (unreachable)

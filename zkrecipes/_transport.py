@@ -134,12 +134,18 @@ class Transport:
     # -- the handlers --------------------------------------------------------------------------------
     def _create_and_list(self, op: e.CreateAndList) -> Handler:
         self.check()
-        create, listing = _kazoo.create_and_list(self.client, op.path, op.data, op.acl, op.flags, op.parent)
+        sent: List[Any] = []  # filled before the create is queued: a Ctrl-C while sending still finds it
         try:
+            create, listing = _kazoo.create_and_list(
+                self.client, op.path, op.data, op.acl, op.flags, op.parent, sent
+            )
             yield Reply(create if listing is None else listing)  # replies come in order: the listing is last
             if not create.ready():
                 yield Reply(create)
         except BaseException:  # deadline, cancel, Ctrl-C with the create in flight: our node must go too
+            if not sent:
+                raise  # nothing was queued
+            create = sent[0]
             made = _kazoo.outcome(create) if create.ready() else None
             if made is None:
                 create.rawlink(_kazoo.delete_if_created(self.client))  # deleted when its reply comes
@@ -228,6 +234,12 @@ class Transport:
         log.info("deleted %s: its session 0x%x was ours before this one", op.path, op.session)
         return True
 
+
+    def _write(self, op: e.Write) -> Handler:
+        if op.data is None:
+            return (yield from self._call(lambda: self.client.delete_async(op.path, op.version)))
+        return (yield from self._call(lambda: self.client.set_async(op.path, op.data, op.version)))
+
     def _sleep(self, op: Any) -> Handler:
         """SLEEP: the watched paths deleted (at once if some already are), else after a wake-up."""
         yield Woken(not bool(self._watched & self._deleted))
@@ -315,5 +327,6 @@ _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.Delete: "_delete",
     e.DeleteOld: "_delete_old",
     e.WaitGate: "_wait_gate",
+    e.Write: "_write",
 }
 _CONSTANT_HANDLERS: Dict[Any, str] = {e.SLEEP: "_sleep", e.PAUSE: "_pause"}  # argument-less steps

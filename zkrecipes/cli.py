@@ -1,11 +1,12 @@
-"""Command line: ``zkrecipes lock | elect | status | demo``.
+"""Command line: ``zkrecipes lock | elect | status | revoke | break | demo``.
 
 Run a command only while a lock or leadership is held, see who holds what, or watch a demo.
 
 Everything after the first ``--`` is the command; options of ``zkrecipes`` go before it, on either side
 of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 
-Exit codes: the command's own status (128+N if it died of signal N); 1 the demo's verdict failed; 2 bad
+Exit codes: the command's own status (128+N if it died of signal N), or with ``--once-per`` 0 (or
+``--exit-if-done N``) when the key was done already; 1 the demo's verdict failed; 2 bad
 usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
 out waiting, or the hold fell in doubt while the command ran (it got SIGTERM, then SIGKILL after ``--grace``
 or just before the session could expire, whichever is first);
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -32,6 +34,7 @@ if TYPE_CHECKING:
 
     from ._connect import Security
     from ._lock import Lock
+    from .once import Once
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -47,6 +50,7 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 
 EXIT_CODES = f"""exit codes:
   N    lock/elect: the command's own exit status (128+S if it died of signal S)
+  0    lock --once-per: KEY was done already, the command not run (--exit-if-done N: N instead)
   {EXIT_FAILED}    demo: a verdict check failed
   {EXIT_USAGE}    bad usage or input (path, missing command, chroot, a path another recipe uses, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
@@ -57,6 +61,14 @@ EXIT_CODES = f"""exit codes:
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
 
 Everything after the first "--" is the command; zkrecipes options go before it.
+"""
+
+REVOKE_EXIT_CODES = f"""exit codes:
+  0    done: revoke requested of every holder printed / the node deleted
+  {EXIT_FAILED}    revoke: no holder to ask; break: no current holder has that token (nothing deleted)
+  {EXIT_USAGE}    bad usage or input
+  {EXIT_UNAVAILABLE}   cannot reach ZooKeeper
+  {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
 """
 
 log = logging.getLogger("zkrecipes.cli")
@@ -134,13 +146,44 @@ def _security(args: argparse.Namespace) -> "Security":
     return security
 
 
+CLOSE_WAIT = 0.5  # seconds to wait for ZooKeeper to confirm the session's end (one round trip when healthy)
+EXIT_BOUND = 1.0  # lock/elect exit this soon after the command ended and the node is gone or the session
+# known lost (docs/cli.rst, "When zkrecipes exits"): CLOSE_WAIT, or the release's 0.2 s look at a loss, plus
+# the process's own end
+
+
+def close_wait(client: KazooClient) -> float:
+    """How long :func:`_close` waits for ``client``'s session to end: :data:`CLOSE_WAIT`, cut short by the
+    doubt clock's lost moment (nothing is gained by waiting once the session is known lost), and 0 if no
+    request was ever answered (no session, so no node)."""
+    from .session import SessionWatcher
+
+    d = SessionWatcher.of(client).lost_by()
+    if d is None:
+        return 0.0
+    return max(0.0, min(CLOSE_WAIT, d[1] - time.monotonic()))
+
+
 def _close(client: KazooClient) -> None:
-    """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises."""
-    try:
-        client.stop()
-        client.close()
-    except Exception:
-        log.debug("closing the ZooKeeper client failed", exc_info=True)
+    """Stop (ending the session, so our ephemeral nodes go at once) and close; never raises. Returns once
+    that is done or after :func:`close_wait`: kazoo's ``stop()`` waits for its connection thread, which on
+    a silent link is stuck in a reconnection's handshake for up to the session timeout (or in a back-off
+    sleep); the stop then finishes on a daemon thread, or not at all if the process exits first."""
+    limit = close_wait(client)
+    done = threading.Event()
+
+    def stop() -> None:
+        try:
+            client.stop()
+            client.close()
+        except Exception:
+            log.debug("closing the ZooKeeper client failed", exc_info=True)
+        finally:
+            done.set()
+
+    threading.Thread(target=stop, name="zkrecipes-close", daemon=True).start()
+    if not done.wait(limit):
+        log.info("the ZooKeeper session did not end within %.2f s: not waiting for it (it expires on its own)", limit)
 
 
 # -- running a command under a hold ----------------------------------------------------------------
@@ -327,6 +370,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     if args.leases and args.protocol != "zkrecipes":
         raise _fail(f"-n has no --protocol {args.protocol} (zkrecipes' semaphore only)", EXIT_USAGE)
     grace = _check_grace(args.grace, args.session_timeout)
+    _check_once(args, path)
     security = _security(args)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, security)
     try:
@@ -355,13 +399,76 @@ def cmd_lock(args: argparse.Namespace) -> int:
             ahead = "?" if progress.ahead is None else progress.ahead  # None: it never got to wait in line
             raise _fail(f"timed out waiting for {path} ({ahead} ahead)", EXIT_TEMPFAIL)
         try:
+            run = None if args.once_per is None else _once_open(lock, args)
+            if run is not None and not run:
+                return int(args.exit_if_done)
             outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"the lock on {path}"),
                                grace)
+            if run is not None and outcome.status == 0:
+                _once_done(run, path)
             return outcome.status
         finally:
             lock.release()
     finally:
         _close(client)
+
+
+def _check_once(args: argparse.Namespace, path: str) -> None:
+    """Refuse --once-per's options where they mean nothing or could not hold (exit 2, no request)."""
+    from . import once
+
+    if args.once_per is None:
+        if args.keep is not None or args.exit_if_done is not None:
+            raise _fail("--keep and --exit-if-done go with --once-per KEY", EXIT_USAGE)
+        return
+    if args.read or args.leases:
+        raise _fail(f"--once-per needs a lock one host holds at a time, not {'--read' if args.read else '-n'}",
+                    EXIT_USAGE)
+    try:
+        once.validate_key(path, args.once_per)
+    except ValueError as exc:
+        raise _fail(f"bad --once-per: {exc}", EXIT_USAGE) from None
+    args.keep = once.DEFAULT_KEEP if args.keep is None else args.keep
+    args.exit_if_done = 0 if args.exit_if_done is None else args.exit_if_done
+
+
+def _once_open(lock: Lock, args: argparse.Namespace) -> "Once":
+    """With the lock held: the --once-per key's turn, looked at (stderr says so when it was done already)."""
+    run = lock.once(args.once_per, args.keep)
+    if not run.look():
+        print(f"zkrecipes: {args.once_per} was done already ({run.marker}, kept {args.keep:g} s); not running",
+              file=sys.stderr)
+    return run
+
+
+def _once_done(run: "Once", path: str) -> None:
+    """The command exited 0: mark the key done, or exit 75 if the hold was lost first (the key stays open)."""
+    from .errors import LockLost
+
+    try:
+        run.done()
+    except LockLost as exc:
+        raise _fail(f"the command succeeded but {run.key} was not marked done, so it stays open: {exc}",
+                    EXIT_TEMPFAIL) from None
+
+
+def _keep(text: str) -> float:
+    from .once import parse_keep
+
+    try:
+        return parse_keep(text)
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _exit_code(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"--exit-if-done wants an exit status 0..255: {text!r}")
+    return value
 
 
 def cmd_elect(args: argparse.Namespace) -> int:
@@ -409,7 +516,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (or its exclusive ``lock`` node), in queue order."""
     from kazoo.exceptions import NoNodeError
 
-    from . import formats, naming
+    from . import _engine, formats, naming
 
     try:
         children = client.get_children(path)
@@ -417,8 +524,8 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
         return []
     now = time.time()
     rows: List[Dict[str, Any]] = []
-    writer_ahead = False
-    for pos, (found, node) in enumerate(formats.sort_any(children)):  # zkrecipes, kazoo and Curator nodes
+    queue = formats.sort_any(children)  # zkrecipes, kazoo and Curator nodes
+    for (found, node), holding in zip(queue, _engine.holding([n for _, n in queue])):  # each kind's wait-rule
         try:
             data, stat = client.get(f"{path}/{node.name}")
         except NoNodeError:  # left between the listing and the read
@@ -426,15 +533,9 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
         d = naming.read_data(data)
         if found is not None and found.format != formats.ZKRECIPES:  # kazoo/Curator: the id is the data
             d = {"id": formats.contender(found, node, data).identifier}
-        if node.kind == naming.READ:
-            holding = not writer_ahead
-        elif node.kind == naming.LEASE:  # a semaphore's lease: held while fewer than N are ahead
-            holding = pos < node.leases
-        else:
-            holding = pos == 0
-            writer_ahead = True
         rows.append(_row(len(rows), node.name, node.kind, d, node.host, now - stat.ctime / 1000.0, holding))
         rows[-1]["protocol"] = formats.label(found)
+        rows[-1]["token"] = stat.czxid  # the fencing token: what ``zkrecipes break --token`` takes
         if node.kind == naming.LEASE:
             rows[-1]["leases"] = node.leases
     if "lock" in children:
@@ -442,6 +543,7 @@ def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
             data, stat = client.get(f"{path}/lock")
             rows.insert(0, _row(0, "lock", "X", naming.read_data(data), "", now - stat.ctime / 1000.0, True))
             rows[0]["protocol"] = "zkrecipes"
+            rows[0]["token"] = stat.czxid
         except NoNodeError:
             pass
     return rows
@@ -464,6 +566,8 @@ def render_table(path: str, rows: List[Dict[str, Any]]) -> str:
     if not rows:
         return f"{path}: no holders or waiters"
     cols = ["position", "node", "kind", "host", "pid", "identifier", "age", "state"]
+    if any("for" in r for r in rows):  # --watch: how long each has held or waited
+        cols.insert(cols.index("state") + 1, "for")
     if any("leases" in r for r in rows):
         cols.insert(3, "leases")
     if any(r.get("protocol", "zkrecipes") != "zkrecipes" for r in rows):  # a path shared with kazoo/Curator
@@ -476,8 +580,6 @@ def render_table(path: str, rows: List[Dict[str, Any]]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from kazoo.exceptions import NoNodeError
-
     path = _check_path(args.path)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
     try:
@@ -485,27 +587,101 @@ def cmd_status(args: argparse.Namespace) -> int:
             rows = queue_status(client, path)
             print(json.dumps(rows) if args.json else render_table(path, rows))
             return 0
-        changed = threading.Event()
         try:
-            while True:
-                changed.clear()
-                try:
-                    client.get_children(path, watch=lambda e: changed.set())
-                except NoNodeError:
-                    client.exists(path, watch=lambda e: changed.set())
-                rows = queue_status(client, path)
-                if args.json:
-                    print(json.dumps(rows), flush=True)
-                else:
-                    if sys.stdout.isatty():
-                        sys.stdout.write("\x1b[H\x1b[2J")
-                    print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
-                while not changed.wait(1.0):
-                    pass
+            _watch_status(client, path, args.json)
         except (KeyboardInterrupt, Terminated):
             return 0
+        return 0  # (not reached: the watch ends by Ctrl-C)
     finally:
         _close(client)
+
+
+def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
+    """``status --watch``: a child watch on ``path`` (an exists watch while it is missing) and one read
+    per node on each change, no polling of ZooKeeper. Each row gets ``for``: seconds it has held (since
+    this watch saw it start holding; since its creation if it held when first seen) or waited (since its
+    creation). Creation times are ZooKeeper's ``ctime``, the server's wall clock, against this machine's
+    clock: a skew between them shows in ``for``. A terminal's table is redrawn each second too."""
+    from kazoo.exceptions import NoNodeError
+
+    changed = threading.Event()
+    since: Dict[str, Tuple[str, float]] = {}  # node -> (state, when it started: this machine's clock)
+    rows: Optional[List[Dict[str, Any]]] = None
+    tty = sys.stdout.isatty()
+    while True:
+        fresh = rows is None or changed.is_set()
+        if fresh:
+            changed.clear()
+            try:
+                client.get_children(path, watch=lambda e: changed.set())
+            except NoNodeError:
+                client.exists(path, watch=lambda e: changed.set())
+            rows = queue_status(client, path)
+            now = time.time()
+            old, since = since, {}
+            for r in rows:
+                was = old.get(r["node"])
+                if was is not None and was[0] == r["state"]:
+                    since[r["node"]] = was
+                else:  # new (since its creation), or it started holding now
+                    since[r["node"]] = (r["state"], now if was is not None else now - r["age"])
+        if fresh or (tty and not as_json):
+            now = time.time()
+            assert rows is not None
+            for r in rows:
+                r["for"] = round(max(0.0, now - since[r["node"]][1]), 1)
+            if as_json:
+                print(json.dumps(rows), flush=True)
+            else:
+                if tty:
+                    sys.stdout.write("\x1b[H\x1b[2J")
+                print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
+        changed.wait(1.0)
+
+
+# -- revoke / break -------------------------------------------------------------------------------------
+def cmd_revoke(args: argparse.Namespace) -> int:
+    """Ask PATH's holders to let go: their nodes marked (one line each); 1 if nobody holds."""
+    from .revoke import request_revoke
+
+    path = _check_path(args.path)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
+    try:
+        marked = request_revoke(client, path)
+    finally:
+        _close(client)
+    if not marked:
+        raise _fail(f"{path}: no holder to ask", EXIT_FAILED)
+    for name in marked:
+        print(f"{path}/{name}: revoke requested")
+    return 0
+
+
+def cmd_break(args: argparse.Namespace) -> int:
+    """Delete the holder's node of PATH whose token is N; 1, nothing deleted, if no holder has it."""
+    from .errors import LockError
+    from .revoke import break_lock
+
+    path = _check_path(args.path)
+    client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
+    try:
+        name = break_lock(client, path, args.token)
+    except LockError as exc:
+        raise _fail(str(exc), EXIT_FAILED) from None
+    finally:
+        _close(client)
+    print(f"{path}/{name}: deleted (token {args.token})")
+    return 0
+
+
+def _token(text: str) -> int:
+    from .revoke import validate_token
+
+    try:
+        return validate_token(int(text))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"--token wants a fencing token (a czxid: the holder's "
+                                         f"ZKRECIPES_TOKEN, or its token in status --json): {text!r} ({exc})") from None
 
 
 # -- argument checks (before any ZooKeeper call) --------------------------------------------------------
@@ -544,6 +720,8 @@ def _nonneg(text: str, limit: float = MAX_SECONDS) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if math.isnan(value):  # float() reads 'nan'
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r} (not a number)")
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0 seconds: {text!r}")
     if not value <= limit:  # inf as well
@@ -613,6 +791,14 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
                     help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
                          "curator: InterProcessMutex, or with --read/--write InterProcessReadWriteLock")
+    lk.add_argument("--once-per", metavar="KEY",
+                    help="run CMD once per KEY across every host running this with the same PATH and KEY: "
+                         "the others (also later ones) exit 0 without running it; a failed or cut-off run "
+                         "leaves KEY open (see docs/cli.rst)")
+    lk.add_argument("--keep", type=_keep, metavar="DURATION",
+                    help="with --once-per: how long KEY stays done, e.g. 1d (default), 12h, 30m, 90 (seconds)")
+    lk.add_argument("--exit-if-done", type=_exit_code, metavar="N",
+                    help="with --once-per: exit N instead of 0 when KEY was done already")
     common(lk)
     lk.set_defaults(func=cmd_lock, parser=lk)
 
@@ -632,9 +818,29 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="show holders and waiters of PATH", epilog=EXIT_CODES, formatter_class=fmt)
     st.add_argument("path", metavar="PATH")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    st.add_argument("--watch", action="store_true", help="redraw on every change until Ctrl-C")
+    st.add_argument("--watch", action="store_true",
+                    help="redraw on every change until Ctrl-C, with FOR: seconds each has held or waited")
     common(st)
     st.set_defaults(func=cmd_status, parser=st)
+
+    rv = sub.add_parser("revoke", help="ask the holder(s) of PATH to let go", epilog=REVOKE_EXIT_CODES,
+                        formatter_class=fmt,
+                        description="Mark each current holder's node of PATH (a revoke request ZooKeeper "
+                                    "stores; nothing is deleted). Holders that listen are told; prints the "
+                                    "nodes marked.")
+    rv.add_argument("path", metavar="PATH")
+    common(rv)
+    rv.set_defaults(func=cmd_revoke, parser=rv)
+
+    br = sub.add_parser("break", help="delete the node of PATH's holder whose token is N", formatter_class=fmt,
+                        epilog=REVOKE_EXIT_CODES,
+                        description="Delete exactly the holder's node of PATH whose fencing token (czxid) "
+                                    "is N; refuse, deleting nothing, if no current holder has that token.")
+    br.add_argument("path", metavar="PATH")
+    br.add_argument("--token", type=_token, required=True, metavar="N",
+                    help="the holder's fencing token (ZKRECIPES_TOKEN of its command)")
+    common(br)
+    br.set_defaults(func=cmd_break, parser=br)
 
     dm = sub.add_parser("demo", help="run the demo (starts a local ensemble unless --hosts/ZK_HOSTS)",
                         epilog=EXIT_CODES, formatter_class=fmt)

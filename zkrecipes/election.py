@@ -42,6 +42,7 @@ class ElectionCore(Participant):
 
     _recipe = "election"
     _title = "LeaderElection"
+    _metric = "election"
 
     def _setup(self) -> None:
         self._lock = threading.Lock()  # guards _hold and _campaigning
@@ -54,7 +55,7 @@ class ElectionCore(Participant):
         """A candidate's queue: the predecessor rule, our node read back before we lead."""
         prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
         return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format, seen=self._seen_by()
         )
 
     def _campaign(self, fresh: bool) -> Steps[bool]:
@@ -62,6 +63,9 @@ class ElectionCore(Participant):
         cancel -- also one that comes as ZooKeeper grants leadership: our node is then deleted. ``fresh``:
         forget an earlier cancel(); run() passes False when it campaigns again after a term, so a
         cancel() that came after it last looked is not lost."""
+        return self._timed(self._campaign_steps(fresh))
+
+    def _campaign_steps(self, fresh: bool) -> Steps[bool]:
         with self._lock:
             if self._hold is not None and self._hold.state != LOST:
                 return True

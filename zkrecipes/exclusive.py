@@ -23,11 +23,12 @@ class ExclusiveRecipe(LockCore):
     _gate_key = "exclusive"
     _recipe = "exclusive"  # zkrecipes' own format only
     _title = "ExclusiveLock"
+    _metric = "exclusive"
 
-    def _steps(self) -> Steps[Entry]:
+    def _steps(self, peek: bool = False) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
-        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen, self._format)
+        return _engine.race(self.path, self._acl, NODE, data, guid, self._seen_by(), self._format, peek)
 
     def _contenders(self) -> Steps[List[Contender]]:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""
@@ -36,7 +37,7 @@ class ExclusiveRecipe(LockCore):
         except NoNodeError:
             return []
         node = naming.QueueNode(NODE, naming.read_data(data).get("host") or "", naming.WRITE, stat.czxid)
-        return [naming.contender(node, data)]
+        return [naming.contender(node, data, holding=True)]
 
 
 class ExclusiveLock(ExclusiveRecipe, Lock):

@@ -15,13 +15,17 @@ class FairLock(Lock):
     every node it creates, container parents included), ``retry=`` (a ``tenacity.Retrying`` for
     transient errors), ``tolerate_suspended=`` and ``protocol=`` (the node format: ``"zkrecipes"``, or
     ``"kazoo"`` / ``"curator"`` to share the path with kazoo's ``Lock`` or Curator's ``InterProcessMutex``,
-    see :doc:`/migrating-kazoo` and :doc:`/curator`). A queue holding a node this node format cannot queue
-    with makes ``acquire`` raise :class:`~zkrecipes.LockError` naming its format (our node deleted).
+    see :doc:`/migrating-kazoo` and :doc:`/curator`), and ``owner=`` (``"thread"``, the default, or
+    ``"object"``: the hold belongs to the lock object and any thread may release it, see
+    :doc:`/ownership`; a bad value is a ValueError before any request). A queue holding a node this
+    node format cannot queue with makes ``acquire`` raise :class:`~zkrecipes.LockError` naming its
+    format (our node deleted).
 
     Guarantees: grants follow queue order; a release wakes exactly one waiter (each watches only its
     predecessor); uncontended acquire is one round trip (create and list pipelined), release one
     delete. Threads of one process share a local gate, so at most one of them queues a node; the lock is
-    reentrant per thread. Interoperates with ``ReadWriteLock(path).write()`` on the same path.
+    reentrant per thread (with ``owner="object"``: not reentrant, a second acquire of the object raises
+    LockError). Interoperates with ``ReadWriteLock(path).write()`` on the same path.
 
     Failure behaviour: when the connection drops the hold becomes ``"suspended"`` (``is_held`` False,
     ``check()`` raises :class:`~zkrecipes.LockLost` unless ``tolerate_suspended``); reconnecting with

@@ -146,16 +146,16 @@ def sort_any(children: Sequence[str]) -> List[Tuple[Optional[Found], QueueNode]]
     return out
 
 
-def contender(found: Optional[Found], node: QueueNode, data: Optional[bytes]) -> Contender:
+def contender(found: Optional[Found], node: QueueNode, data: Optional[bytes], holding: bool = False) -> Contender:
     """A :class:`~zkrecipes.Contender` of any format: zkrecipes' JSON, or the identifier kazoo and Curator
     store as data (Curator's default is the host's address)."""
     if found is None or found.format == ZKRECIPES:
-        return naming.contender(node, data)
+        return naming.contender(node, data, holding)
     try:
         text: Optional[str] = (data or b"").decode("utf-8") or None
     except UnicodeDecodeError:
         text = None
-    return Contender(node.name, node.host, node.kind, node.sequence, text, None)
+    return Contender(node.name, node.host, node.kind, node.sequence, text, None, holding)
 
 
 def label(found: Optional[Found]) -> str:
@@ -308,34 +308,47 @@ class NodeFormat:
                 seen = True
         return (self.sort(names) if names else []), seen
 
-    def alone(self, parent: str, children: Sequence[str]) -> None:
-        """ExclusiveLock's check of the listing pipelined with its create of ``<parent>/lock``: raise
-        LockError for a node that any recipe of zkrecipes, kazoo or Curator made (``lock`` has no place
-        in their order, so any of them may be older than ours). Other children are not lock nodes: let be."""
+    def queue(self, parent: str, children: Sequence[str]) -> List[QueueNode]:
+        """A non-blocking attempt's look before it writes: every node of ``children`` in queue order, so the
+        nodes a node of ours created now would have ahead of it (nodes only join behind). Raises LockError,
+        as :meth:`ahead` on the listing of our create would, for any child we cannot queue with or a node of
+        another recipe (nothing written)."""
+        nodes = []
+        for name in children:
+            node = self.parse(name)
+            if node is None and name != EXCLUSIVE_NODE:
+                raise self.refusal(parent, name, written=False)
+            if node is None or node.kind not in self.kinds:
+                raise self.conflict(parent, name, written=False)
+            nodes.append(node)
+        return _ordered(nodes)
+
+    def alone(self, parent: str, children: Sequence[str], written: bool = True) -> None:
+        """ExclusiveLock's check of the listing pipelined with its create of ``<parent>/lock`` (or, not
+        ``written``, of a non-blocking attempt's look before it): raise LockError for a node that any recipe
+        of zkrecipes, kazoo or Curator made (``lock`` has no place in their order, so any of them may be
+        older than ours). Other children are not lock nodes: let be."""
         for name in children:
             found = identify(name) if name != EXCLUSIVE_NODE else None
             if found is not None:
-                raise self.conflict(parent, name) if found.format == ZKRECIPES else self.refusal(parent, name)
+                raise (self.conflict if found.format == ZKRECIPES else self.refusal)(parent, name, written)
 
     def sort(self, children: Sequence[str]) -> List[QueueNode]:
         """The children this node format queues with, in wrap-aware order (others dropped: for observers)."""
-        nodes = [n for n in map(self.parse, children) if n is not None]
-        if nodes:
-            ref = nodes[0].sequence
-            nodes.sort(key=lambda n: naming.distance(n.sequence, ref))
-        return nodes
+        return _ordered([n for n in map(self.parse, children) if n is not None])
 
-    def conflict(self, parent: str, name: str) -> LockError:
-        """The error for a zkrecipes node of another recipe: the path, the node, the recipe that made it."""
+    def conflict(self, parent: str, name: str, written: bool = True) -> LockError:
+        """The error for a zkrecipes node of another recipe: the path, the node, the recipe that made it;
+        ``written``: our node was made (and is deleted), else nothing was."""
         ours = _TITLES.get(self.recipe, self.recipe)
         article = "an" if ours[0] in "AEIOU" else "a"
         return LockError(
             f"{parent}: {article} {ours} cannot share this path: child {name!r} is a node of {maker(name)}. "
             "Only FairLock, ReadWriteLock and LeaderElection may share a path; give every other recipe a path "
-            "of its own. Our node was deleted."
+            f"of its own. {_OUTCOME[written]}"
         )
 
-    def refusal(self, parent: str, name: str) -> LockError:
+    def refusal(self, parent: str, name: str, written: bool = True) -> LockError:
         """The error for a child we cannot queue with: the format found and the ``protocol=`` to use."""
         found = identify(name)
         if found is None:
@@ -350,8 +363,19 @@ class NodeFormat:
             fix = f"share this path with {_SHARE[marker]} in every zkrecipes process"
         return LockError(
             f"{parent}: refusing to queue with protocol={self.name!r}: child {name!r} is {what}; mixed formats "
-            f"do not exclude each other. Fix: {fix}. Our node was deleted."
+            f"do not exclude each other. Fix: {fix}. {_OUTCOME[written]}"
         )
+
+
+_OUTCOME = {True: "Our node was deleted.", False: "Nothing was written."}  # the end of a refusal
+
+
+def _ordered(nodes: List[QueueNode]) -> List[QueueNode]:
+    """``nodes`` in wrap-aware queue order (sorted in place)."""
+    if nodes:
+        ref = nodes[0].sequence
+        nodes.sort(key=lambda n: naming.distance(n.sequence, ref))
+    return nodes
 
 
 @functools.lru_cache(maxsize=None)

@@ -36,7 +36,8 @@ class QueueNode(NamedTuple):
 
 
 class Contender(NamedTuple):
-    """A participant as stored in ZooKeeper, in queue order; ``identifier``/``pid`` None if unreadable."""
+    """A participant as stored in ZooKeeper, in queue order; ``identifier``/``pid`` None if unreadable.
+    ``holding``: the node holds (by its recipe's wait-rule over the listing read), else it waits."""
 
     node: str
     host: str
@@ -44,6 +45,7 @@ class Contender(NamedTuple):
     sequence: int
     identifier: Optional[str]
     pid: Optional[int]
+    holding: bool = False
 
 
 MAX_PATH_BYTES = 16384  # a lock path: every request of a lock names it (ZooKeeper's packet limit is 1 MB)
@@ -101,7 +103,9 @@ def validate_timeout(timeout: object) -> Optional[float]:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds or None, got {timeout!r}")
-    if math.isnan(timeout) or timeout < 0:
+    if math.isnan(timeout):
+        raise ValueError(f"timeout must be a number of seconds, got {timeout!r} (not a number)")
+    if timeout < 0:
         raise ValueError(f"timeout must be >= 0 seconds, got {timeout!r}")
     return float(timeout)
 
@@ -257,8 +261,8 @@ def read_data(data: Optional[bytes]) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def contender(node: QueueNode, data: Optional[bytes]) -> Contender:
-    """Build a :class:`Contender` from a parsed node and its data."""
+def contender(node: QueueNode, data: Optional[bytes], holding: bool = False) -> Contender:
+    """Build a :class:`Contender` from a parsed node, its data and whether it holds."""
     d = read_data(data)
     pid = d.get("pid")
     ident = d.get("id")
@@ -269,4 +273,30 @@ def contender(node: QueueNode, data: Optional[bytes]) -> Contender:
         node.sequence,
         ident if isinstance(ident, str) else None,
         pid if isinstance(pid, int) else None,
+        holding,
     )
+
+
+# -- revocation: a mark set on a holder's node (see zkrecipes.revoke) ----------------------------------
+REVOKE_MARK = b"__REVOKE__"  # Curator's Revoker.REVOKE_MESSAGE: what its makeRevocable holders look for
+
+
+def revoke_marked(data: Optional[bytes]) -> bool:
+    """True if a holder's node data carries a revoke request: Curator's ``__REVOKE__``, or zkrecipes' JSON
+    with ``"revoke": true``."""
+    if not data:
+        return False
+    if data == REVOKE_MARK:
+        return True
+    return data[:1] == b"{" and read_data(data).get("revoke") is True
+
+
+def with_revoke_mark(data: Optional[bytes]) -> bytes:
+    """The data that marks a holder's node for revocation: zkrecipes' JSON keeps what it says (host, pid,
+    identifier: ``contenders()`` and ``zkrecipes status`` still show them) plus ``"revoke": true``; any
+    other data (kazoo's and Curator's identifiers) becomes Curator's ``__REVOKE__``."""
+    d = read_data(data) if data and data[:1] == b"{" else {}
+    if not d:
+        return REVOKE_MARK
+    d["revoke"] = True
+    return json.dumps(d, separators=(",", ":")).encode()

@@ -14,6 +14,8 @@ from typing import Any, Callable, Optional, TypeVar
 import tenacity
 from kazoo.exceptions import ConnectionLoss, OperationTimeoutError
 
+from . import metrics as _metrics
+
 T = TypeVar("T")
 TRANSIENT = (ConnectionLoss, OperationTimeoutError)
 
@@ -83,4 +85,7 @@ class Attempts:
             wait = min(wait, self.deadline - now)
         state.idle_for += wait
         state.prepare_for_next_attempt()
+        hooks = _metrics.installed
+        if hooks is not None:
+            _metrics.call(hooks.retry, type(error).__name__)
         return wait

@@ -9,23 +9,14 @@ from kazoo.client import KazooClient
 from kazoo.security import ACL
 
 from . import formats, naming
+from ._engine import nearest_writer as nearest_writer  # the wait-rule of readers (re-exported)
 from ._lock import LockCore
 from ._signature import NamedInit
 from .fair import FairLock
-from .naming import Contender, QueueNode
+from .naming import Contender
 
 R = TypeVar("R", bound=LockCore)
 W = TypeVar("W", bound=LockCore)
-
-
-def nearest_writer(ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-    """Wait-rule of readers: blocked by the nearest node ahead that is not a reader (``W``, or a node of
-    another format's kind: never overtaken), if any. A semaphore's lease never gets here: the node
-    format refuses it (:meth:`~zkrecipes.formats.NodeFormat.ahead`)."""
-    for node in reversed(ahead):
-        if node.kind != naming.READ:
-            return node
-    return None
 
 
 class ReadRecipe(LockCore):
@@ -34,9 +25,9 @@ class ReadRecipe(LockCore):
     _kind = naming.READ
     _recipe = "rw"
     _title = "ReadWriteLock (read side)"
+    _metric = "read"
 
-    def _rule(self, ahead: List[QueueNode], me: QueueNode) -> Optional[QueueNode]:
-        return nearest_writer(ahead, me)
+    _rule = staticmethod(nearest_writer)
 
 
 class WriteRecipe(LockCore):
@@ -44,6 +35,7 @@ class WriteRecipe(LockCore):
 
     _recipe = "rw"
     _title = "ReadWriteLock (write side)"
+    _metric = "write"
 
 
 class ReadLock(ReadRecipe, FairLock):
@@ -78,10 +70,11 @@ class Pair(NamedInit, Generic[R, W]):
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
         protocol: str = formats.ZKRECIPES,
+        owner: Optional[str] = None,
     ) -> None:
         def side(cls: Type[Any]) -> Any:
             return cls(client, path, identifier, host=host, acl=acl, retry=retry,
-                       tolerate_suspended=tolerate_suspended, protocol=protocol)
+                       tolerate_suspended=tolerate_suspended, protocol=protocol, owner=owner)
 
         self._read: R = side(self._sides[0])
         self._write: W = side(self._sides[1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -13,19 +13,11 @@ from kazoo.security import ACL
 
 from . import _engine, _gate, _reaper, formats, naming
 from ._engine import Blockers, Entry, Steps
+from ._engine import nearest_leases as nearest_leases  # the wait-rule of a lease (re-exported)
 from ._gate import Gate
-from ._lock import IDLE, WAITING, Lock, LockCore, LockState, Owner
+from ._lock import IDLE, OBJECT, WAITING, Lock, LockCore, LockState, Owner, acquire_deadline
 from .errors import LockError
 from .naming import QueueNode
-
-
-def nearest_leases(ahead: List[QueueNode], me: QueueNode) -> Optional[Sequence[QueueNode]]:
-    """Wait-rule of a lease: held while fewer than ``me.leases`` nodes are ahead; else blocked by the
-    ``me.leases`` nearest nodes ahead (all watched: any of them going may make us a holder, and while
-    they all stay they stay the nearest, so a node further ahead going cannot). Correct on a superset
-    of the nodes ahead, as the engine requires of a rule with several blockers."""
-    n = me.leases
-    return ahead[-n:] if len(ahead) >= n else None
 
 
 class SemaphoreRecipe(LockCore):
@@ -35,6 +27,7 @@ class SemaphoreRecipe(LockCore):
     _recipe = "semaphore"  # zkrecipes' own node format only (kazoo's and Curator's are not implemented)
     _kind = naming.LEASE
     _title = "Semaphore"
+    _metric = "semaphore"
 
     def __init__(
         self,
@@ -48,10 +41,11 @@ class SemaphoreRecipe(LockCore):
         retry: Optional[tenacity.Retrying] = None,
         tolerate_suspended: bool = False,
         protocol: str = formats.ZKRECIPES,
+        owner: Optional[str] = None,
     ) -> None:
         self.max_leases = naming.validate_max_leases(max_leases)
         super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
-                         tolerate_suspended=tolerate_suspended, protocol=protocol)
+                         tolerate_suspended=tolerate_suspended, protocol=protocol, owner=owner)
         _declare(self)
 
     def _setup(self) -> None:
@@ -79,11 +73,12 @@ class SemaphoreRecipe(LockCore):
                             f"{ahead[0].leases} (node {ahead[0].name})")
         return nearest_leases(ahead, me)
 
-    def _steps(self) -> Steps[Entry]:
+    def _steps(self, peek: bool = False) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
-        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format, seen=self._seen)
+        return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format,
+                               seen=self._seen_by(), peek=peek)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         self._acquiring.add(me)
@@ -91,6 +86,50 @@ class SemaphoreRecipe(LockCore):
             return (yield from super()._acquire(me, blocking))
         finally:
             self._acquiring.discard(me)
+
+    # -- several leases at once (lease objects) ----------------------------------------------------------
+    def _lease_request(self, qty: object, timeout: object) -> Tuple[List[Any], bool, Optional[float]]:
+        """``acquire_leases``' arguments checked (before any request), as ``(objects, blocking, deadline)``:
+        ``qty`` object-owned copies of this semaphore, one lease each."""
+        n = validate_qty(qty, self.max_leases)
+        blocking, deadline = acquire_deadline(True, timeout)
+        sems = [type(self)(self.client, self.path, self.max_leases, self.identifier, host=self.host, acl=self.acl,
+                           retry=self.retry, tolerate_suspended=self.tolerate_suspended, protocol=self.protocol,
+                           owner=OBJECT) for _ in range(n)]
+        self._cancelled = False
+        return sems, blocking, deadline
+
+    def _take_leases(self, sems: List[Any], blocking: bool) -> Steps[bool]:
+        """Acquire the lease of each of ``sems`` in turn (so their nodes queue in that order), all or none:
+        after a miss, the deadline, a cancel or any error (Ctrl-C, task cancel) the leases taken are
+        released, their nodes deleted."""
+        taken: List[Any] = []
+        try:
+            for sem in sems:
+                if not (yield from sem._take_lease(blocking)):
+                    break
+                taken.append(sem)
+            else:
+                return True
+        except GeneratorExit:  # closed by its driver: it may not ask for anything more
+            raise
+        except BaseException:
+            yield from _release_all(taken)
+            raise
+        yield from _release_all(taken)
+        return False
+
+    def _take_lease(self, blocking: bool) -> Steps[bool]:
+        """This object-owned semaphore's acquire, as steps of another's run."""
+        self._bind()
+        return self._acquire(self._by_object, blocking)
+
+    def _give_back(self) -> Steps[None]:
+        return self._release(self._by_object)
+
+    def _lease_holders(self) -> Steps[List[str]]:
+        queue = yield from self._contenders()
+        return [c.identifier or "" for c in queue[: self.max_leases]]
 
     @property
     def state(self) -> LockState:
@@ -103,6 +142,87 @@ class SemaphoreRecipe(LockCore):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} max_leases={self.max_leases} state={self.state}>"
+
+
+def validate_qty(qty: object, max_leases: int) -> int:
+    """``qty`` if it is a number of leases one may ask for at once (1 to ``max_leases``), else raise."""
+    if not isinstance(qty, int) or isinstance(qty, bool):
+        raise TypeError(f"qty must be an int, got {qty!r}")
+    if not 1 <= qty <= max_leases:
+        raise ValueError(f"qty must be from 1 to max_leases ({max_leases}), got {qty!r}")
+    return qty
+
+
+def _release_all(sems: List[Any]) -> Steps[None]:
+    """Release the leases of ``sems`` (object-owned), last taken first; each one's node is deleted."""
+    for sem in reversed(sems):
+        yield from sem._give_back()
+
+
+class LeaseCore:
+    """One lease of a semaphore, for both fronts: the hold of an object-owned semaphore of its own,
+    which no thread or task owns (any may release it)."""
+
+    __slots__ = ("_sem",)
+
+    def __init__(self, sem: Any) -> None:
+        self._sem = sem
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token (the czxid of the lease's node) until released or lost, else None."""
+        token: Optional[int] = self._sem.token
+        return token
+
+    @property
+    def node(self) -> Optional[str]:
+        """Full path of the lease's node until released, else None."""
+        node: Optional[str] = self._sem.node
+        return node
+
+    @property
+    def is_held(self) -> bool:
+        """True while the lease is held and certain (not suspended or lost, confirmed after a stall)."""
+        held: bool = self._sem.is_held
+        return held
+
+    @property
+    def state(self) -> LockState:
+        """``"held"``, ``"suspended"``, ``"lost"``, or ``"idle"`` once released."""
+        state: LockState = self._sem.state
+        return state
+
+    @property
+    def lost(self) -> Any:
+        """Set when the lease is lost (an Event; an ``asyncio.Event`` in :mod:`zkrecipes.aio`)."""
+        return self._sem.lost
+
+    def __repr__(self) -> str:
+        return f"<Lease {self._sem.path!r} node={self.node!r} state={self.state}>"
+
+
+class Lease(LeaseCore):
+    """A lease from :meth:`Semaphore.acquire_leases`: held until :meth:`release` (or the end of ``with
+    lease:``), by no thread -- any thread may release or check it. A lease dropped while held is released
+    when it is garbage-collected, with a warning."""
+
+    __slots__ = ()
+
+    def release(self) -> None:
+        """Release the lease (delete its node); LockError if it was released already. After a loss only
+        local state is cleared, as :meth:`FairLock.release <zkrecipes.FairLock.release>` does."""
+        self._sem.release()
+
+    def check(self) -> None:
+        """Return if the lease is certain; raise :class:`~zkrecipes.LockLost` if it is lost or (unless
+        ``tolerate_suspended``) suspended, :class:`~zkrecipes.LockError` once released."""
+        self._sem.check()
+
+    def __enter__(self) -> "Lease":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class Semaphore(SemaphoreRecipe, Lock):
@@ -127,12 +247,30 @@ class Semaphore(SemaphoreRecipe, Lock):
     a thread's leases are reentrant (each acquire needs a release, the last deletes the node). ``token``,
     ``node``, ``is_held``, ``state``, :meth:`check`, :meth:`release` and :meth:`transaction` answer for
     the calling thread's lease; ``lost`` and listeners are the object's, told of every lease it hands
-    out -- give each worker thread its own Semaphore object (cheap) if it needs its own.
+    out -- give each worker thread its own Semaphore object (cheap) if it needs its own. With
+    ``owner="object"`` the object holds one lease that no thread owns; :meth:`acquire_leases` hands out
+    :class:`Lease` objects, several at once.
     """
 
-    def _reap(self, me: threading.Thread) -> None:
+    def _reap(self, me: Owner) -> None:
         """A thread's lease is on a gate of its own: look at every thread that holds something."""
         _reaper.reap_ended()
+
+    def acquire_leases(self, qty: int = 1, timeout: Optional[float] = None) -> List[Lease]:
+        """Take ``qty`` leases at once, all or none, their nodes queued one after another; ``[]`` once
+        ``timeout`` seconds pass (``0``: one attempt without waiting) or on :meth:`cancel`, with every
+        node taken deleted (also on any exception, KeyboardInterrupt included). The leases belong to no
+        thread (see :class:`Lease`). ``qty`` from 1 to ``max_leases`` (else ValueError, TypeError if not
+        an int, before any request). As with Curator's ``acquire(qty)``, processes that each ask for
+        several leases can hold part of them each and wait for one another: give them a ``timeout``."""
+        sems, blocking, deadline = self._lease_request(qty, timeout)
+        got = self._run(self._take_leases(sems, blocking), deadline, not blocking)
+        return [Lease(sem) for sem in sems] if got else []
+
+    def lease_holders(self) -> List[str]:
+        """The identifiers of the current holders, in queue order (``""`` for a holder built without one),
+        as kazoo's ``Semaphore.lease_holders()``; ``[]`` if the path does not exist."""
+        return self._run(self._lease_holders())
 
 
 _numbers = itertools.count(1)

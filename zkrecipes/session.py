@@ -26,9 +26,10 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import KazooState
+from kazoo.protocol.states import EventType, KazooState, WatchedEvent
 
 from ._kazoo import heard, is_stopped, session_id, session_timeout
+from .naming import revoke_marked
 
 log = logging.getLogger("zkrecipes.session")
 
@@ -104,15 +105,17 @@ class SessionWatcher:
             self._subs.discard(fn)
 
     def stalled_since(self, t: float) -> bool:
-        """True if the process may have stood still past the stall limit since monotonic ``t`` (noticed, or
-        the dispatcher is overdue by that much: it may not have run since the process resumed)."""
+        """True if the process may have stood still past the stall limit since monotonic ``t``: noticed after
+        ``t``, or the dispatcher overdue by that much and not noticed yet (it may not have run since the
+        process resumed; noticed once, the same overrun does not make a hold confirmed since stale again)."""
         if self.stalled_at > t:
             return True
         wake_by, now = self._wake_by, time.monotonic()
-        if wake_by is not None and now > wake_by + self.stall_limit:
+        overrun = None if wake_by is None else wake_by + self.stall_limit  # the dispatcher still waiting past it
+        if overrun is not None and now > overrun and self.stalled_at <= overrun:
             self.stalled_at = now  # noticed here first: a read confirming a hold from now on covers this stall
             return True
-        return False
+        return False  # this overrun, if noticed already (at stalled_at <= t), is not a new stall: t covers it
 
     def deadlines(self) -> Optional[Tuple[float, float]]:
         """``(in_doubt_at, lost_at)`` on the monotonic clock: from when we sent the latest request the server
@@ -259,6 +262,7 @@ if hasattr(os, "register_at_fork"):
 
 
 HELD = "held"
+REVOKE = "revoke-requested"  # told to a hold's listeners, not a state: the hold stays as it is
 
 
 class Hold:
@@ -270,7 +274,8 @@ class Hold:
 
     __slots__ = (
         "client", "node", "token", "session", "state", "releasing", "released", "gate", "verified_at", "_verify",
-        "_cleanup", "_listeners", "_lock", "_watcher", "__weakref__",
+        "_cleanup", "_listeners", "_lock", "_watcher", "revoke", "_follow", "recipe", "granted_at",
+        "__weakref__",
     )  # one per acquire: no per-instance dict
 
     def __init__(
@@ -292,13 +297,16 @@ class Hold:
         self.releasing = False  # its owner is deleting the node: that delete, not a reconnection read, decides
         self.released = False
         self.gate: object = None  # kept alive as long as the hold (a lock's local gate)
-        self.verified_at = time.monotonic()  # when ZooKeeper last confirmed the node ours (or granted it)
+        self.verified_at = self.granted_at = time.monotonic()  # when ZooKeeper last confirmed the node ours
+        self.recipe = ""  # the recipe's metrics label (zkrecipes.metrics), set by whoever made the hold
         self._verify = verify
         self._cleanup = cleanup
         self._listeners: "List[Callable[[Hold, str], None]]" = [listener] if listener is not None else []
         self._lock = threading.Lock()
         self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
         self._watcher.subscribe(self._on_event)
+        self.revoke = False  # a revoke request was seen on our node (see :meth:`follow_node`)
+        self._follow = 0  # 0: our node is not followed; 1: asked to; 2: its data watch is set
 
     def add_listener(self, fn: "Callable[[Hold, str], None]") -> None:
         """Call ``fn(hold, state)`` on each change."""
@@ -372,6 +380,58 @@ class Hold:
 
         self.client.exists_async(self.node).rawlink(done)
 
+    # -- our node's data watch: revoke requests, and a delete by someone else --------------------------
+    def follow_node(self) -> None:
+        """Follow our node with one data watch (idempotent; a read sent now, not waited for): a revoke mark
+        on it (:func:`zkrecipes.naming.revoke_marked`) is told to the listeners as :data:`REVOKE` (once per
+        hold; the state stays), and a delete by someone else (``break_lock``, an operator) marks the hold
+        lost. Everything is told on the dispatcher thread, never on kazoo's."""
+        with self._lock:
+            if self._follow or self.released:
+                return
+            self._follow = 1
+        self._read_node()
+
+    def _read_node(self) -> None:
+        """Read our node and set the data watch; the answer goes to the dispatcher thread."""
+        ar = self.client.get_async(self.node, watch=self._on_node)
+        ar.rawlink(lambda ar: self._watcher.post(lambda: self._node_read(ar)))
+
+    def _on_node(self, event: WatchedEvent) -> None:  # kazoo's event thread: hand over
+        self._watcher.post(lambda: self._node_event(event))
+
+    def _mine_still(self) -> bool:  # news of our node matters only while we neither let go nor lost it
+        return not (self.released or self.releasing or self.state == LOST)
+
+    def _node_event(self, event: WatchedEvent) -> None:
+        if not self._mine_still():
+            return
+        if event.type == EventType.DELETED:
+            log.warning("hold %s: its node was deleted by someone else (broken): lost", self.node)
+            self._set(LOST)
+        elif event.type == EventType.CHANGED:
+            self._read_node()  # the watch fired: set it again, and read what was written
+
+    def _node_read(self, ar: Any) -> None:
+        try:
+            data, _ = ar.get(block=False)
+        except NoNodeError:
+            if self._mine_still():
+                log.warning("hold %s: its node is gone (broken): lost", self.node)
+                self._set(LOST)
+            return
+        except Exception:  # connection trouble: set again once reconnected (see _on_event)
+            self._follow = 1
+            return
+        self._follow = 2
+        if revoke_marked(data) and self._mine_still() and not self.revoke:
+            self.revoke = True
+            log.info("hold %s: revoke requested", self.node)
+            with self._lock:
+                listeners = list(self._listeners)
+            for fn in listeners:
+                fn(self, REVOKE)
+
     def mark_lost(self) -> None:
         """Declare this hold lost (final). Its node, if it still exists, is removed on reconnection."""
         self._set(LOST)
@@ -425,4 +485,6 @@ class Hold:
                 ok = False
             if ok:
                 self.verified_at = asked
+                if self._follow == 1:  # its watch could not be set while we were away
+                    self._read_node()
             self._set(HELD if ok else LOST)

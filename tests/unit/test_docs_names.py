@@ -156,9 +156,9 @@ def test_documented_roles_name_what_exists():
 
 
 def test_the_table_check_catches_a_name_zkrecipes_does_not_have():
-    cells = ["``lock.is_acquired``", "``Lease(zk, path)``", "``lock.hold(deadline=5)``",
+    cells = ["``lock.is_acquired``", "``Lessee(zk, path)``", "``lock.hold(deadline=5)``",
              ":meth:`~zkrecipes.FairLock.lease_holders`", ":attr:`zkrecipes.FairLock.max_leases`", ":exc:`Cancelled`"]
-    assert _unknown_names(cells) == ["lock.is_acquired: .is_acquired", "Lease(zk, path): Lease",
+    assert _unknown_names(cells) == ["lock.is_acquired: .is_acquired", "Lessee(zk, path): Lessee",
                                      "lock.hold(deadline=5): hold(deadline=)",
                                      "zkrecipes.FairLock.lease_holders (a role)",
                                      "zkrecipes.FairLock.max_leases (a role)",  # a Semaphore's only

@@ -366,3 +366,71 @@ def test_a_deadline_after_the_client_moved_to_a_new_session_drops_the_old_node()
     assert gen.send(OLD + 1) == p.DeleteOld("/p/h-W-0000000003", SID, 7)
     with pytest.raises(p.DeadlinePassed):
         gen.send(False)
+
+
+# -- a try that writes nothing (issue 38, item 6) -----------------------------------------------------------
+def test_a_try_looks_first_and_a_new_key_is_then_created_as_usual():
+    gen = p.acquire("/p", [], "h-W-", b"{}", "guid", predecessor, peek=True)
+    assert start(gen) == p.Read("get_children", "/p")
+    op = gen.throw(NoNodeError())  # nobody there yet
+    assert isinstance(op, p.CreateAndList) and op.parent == "/p"
+
+
+@pytest.mark.parametrize("child, recipe", [("lock", "an ExclusiveLock"), ("o-S2-0000000001", "a Semaphore")])
+def test_a_try_refuses_a_node_of_another_recipe_without_writing(child, recipe):
+    from zkrecipes.errors import LockError
+
+    gen = p.acquire("/p", [], "h-W-", b"{}", "guid", predecessor, peek=True)
+    start(gen)
+    with pytest.raises(LockError, match=f"child '{child}' is a node of {recipe}.*Nothing was written"):
+        gen.send(["h-W-0000000000", child])
+
+
+@pytest.mark.parametrize("other", ["h-S2-0000000000", "h-W-0000000000"])
+def test_an_exclusive_try_refuses_a_node_of_another_recipe_without_writing(other):
+    from zkrecipes.errors import LockError
+
+    gen = p.race("/x", [], "lock", b"{}", "guid", None, formats.get(formats.ZKRECIPES, "exclusive"), peek=True)
+    assert start(gen) == p.Read("get_children", "/x")
+    with pytest.raises(LockError, match="Nothing was written"):
+        gen.send(["lock", other])
+
+
+def test_a_readers_try_is_blocked_only_by_a_node_that_is_not_a_reader():
+    from zkrecipes.rwlock import nearest_writer
+
+    for listing, blocked in ((["a-R-0000000001", "b-R-0000000002"], False),
+                             (["a-R-0000000001", "b-W-0000000002", "c-R-0000000003"], True)):
+        gen = p.acquire("/p", [], "h-R-", b"{}", "guid", nearest_writer, peek=True)
+        start(gen)
+        if blocked:
+            with pytest.raises(p.DeadlinePassed):
+                gen.send(listing)
+        else:
+            assert isinstance(gen.send(listing), p.CreateAndList)
+
+
+def test_a_leases_try_is_blocked_by_max_leases_nodes_in_wrap_aware_order():
+    from zkrecipes.semaphore import nearest_leases
+
+    gen = p.acquire("/s", [], "h-S2-", b"{}", "guid", nearest_leases, fmt=SEMAPHORE, peek=True)
+    start(gen)
+    assert isinstance(gen.send([lease(2147483647)]), p.CreateAndList)  # one of two leases taken
+    gen = p.acquire("/s", [], "h-S2-", b"{}", "guid", nearest_leases, fmt=SEMAPHORE, peek=True)
+    start(gen)
+    with pytest.raises(p.DeadlinePassed):
+        gen.send(["h-S2--2147483648", lease(2147483647)])  # both, across the wrap
+
+
+# -- who holds: Contender.holding -------------------------------------------------------------------------
+def test_holding_applies_each_kinds_wait_rule_to_the_nodes_ahead():
+    def kinds(names):
+        return p.holding([n for _, n in formats.sort_any(names)])
+
+    assert kinds(["a-W-0000000001", "b-W-0000000002"]) == [True, False]
+    assert kinds(["a-R-0000000001", "b-R-0000000002", "c-W-0000000003", "d-R-0000000004"]) == [
+        True, True, False, False]
+    assert kinds(["a-W-0000000001", "b-R-0000000002"]) == [True, False]
+    assert kinds([lease(1), lease(2), lease(3)]) == [True, True, False]  # max_leases 2
+    assert kinds(["x__rlock__0000000001", "y__rlock__0000000002", "z__lock__0000000003"]) == [True, True, False]
+    assert p.holding([]) == []

@@ -139,6 +139,21 @@ def test_bad_timeout_is_refused_naming_it(idle_client, make, timeout, exc, named
     assert lock.state == "idle"
 
 
+@pytest.mark.parametrize("nan", [math.nan, -math.nan, float("nan")], ids=["nan", "-nan", "float('nan')"])
+def test_a_nan_timeout_is_called_not_a_number(idle_client, nan):
+    """NaN is neither negative nor too long: the message says what it is (issue 37, item 6)."""
+    said = "timeout must be a number of seconds, got nan (not a number)"
+    with pytest.raises(ValueError) as info:
+        naming.validate_timeout(nan)
+    assert str(info.value) == said
+    lock = FairLock(idle_client, "/locks/x")
+    for attempt in (lambda: lock.acquire(timeout=nan), lambda: lock.hold(timeout=nan).__enter__()):
+        with pytest.raises(ValueError) as info:
+            attempt()
+        assert str(info.value) == said and ">=" not in str(info.value)
+    assert lock.state == "idle"
+
+
 @pytest.mark.parametrize("make", RECIPES, ids=RECIPE_IDS)
 @pytest.mark.parametrize("listener", [None, "print", 3, object()], ids=["None", "str", "int", "object"])
 def test_non_callable_listener_is_refused_naming_it(idle_client, make, listener):

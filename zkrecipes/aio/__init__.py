@@ -10,7 +10,8 @@ from ._lock import ExclusiveLock, FairLock, ReadLock, ReadWriteLock, WriteLock
 from .election import LeaderElection
 from .latch import LeaderLatch
 from .multilock import MultiLock
-from .semaphore import Semaphore
+from .revoke import break_lock, request_revoke
+from .semaphore import Lease, Semaphore
 from .transaction import HeldTransaction
 
 __all__ = [
@@ -19,9 +20,12 @@ __all__ = [
     "HeldTransaction",
     "LeaderElection",
     "LeaderLatch",
+    "Lease",
     "MultiLock",
     "ReadLock",
     "ReadWriteLock",
     "Semaphore",
     "WriteLock",
+    "break_lock",
+    "request_revoke",
 ]

@@ -26,7 +26,7 @@ from .. import exclusive as _exclusive
 from .. import rwlock as _rwlock
 from .._engine import Steps, T
 from .._gate import Gate
-from .._lock import LockCore, Participant, acquire_deadline
+from .._lock import LockCore, ObjectOwner, Owner, Participant, acquire_deadline
 from ..errors import LockCancelled, LockError, LockTimeout
 from ..naming import Contender, validate_timeout
 from ..session import Hold
@@ -106,7 +106,11 @@ class AioFront(Participant):
     _new_event = asyncio.Event
     _loop: Optional[asyncio.AbstractEventLoop] = None
 
-    def _current_owner(self) -> "Optional[asyncio.Task[Any]]":
+    _by_object: Optional[ObjectOwner] = None
+
+    def _current_owner(self) -> Optional[Owner]:
+        if self._by_object is not None:
+            return self._by_object
         task = _caller()
         return None if task is None else owner_of(task)
 
@@ -179,7 +183,8 @@ class Lock(AioFront, LockCore):
         then no node and no watch is left. Cancelling the task raises CancelledError in it and deletes
         its node, also when the cancel lands while the create is in flight. Reentrant per task; re-entry
         into a hold that is lost or in doubt raises :class:`~zkrecipes.LockLost`, as the threaded
-        :meth:`zkrecipes.FairLock.acquire` does.
+        :meth:`zkrecipes.FairLock.acquire` does. A non-blocking attempt (``blocking=False``, ``timeout=0``)
+        on a lock whose queue shows it held returns False after one read, with no write.
         """
         return self._acquire_for(_caller(), blocking, timeout)  # the caller owns it, also when a task of
         # its own runs the coroutine (asyncio.wait_for on Python <= 3.11, ensure_future)
@@ -195,7 +200,7 @@ class Lock(AioFront, LockCore):
         blocking, deadline = acquire_deadline(blocking, timeout)
         self._bind()
         self._cancelled = False
-        return await self._run(self._acquire(owner_of(runner), blocking), deadline, not blocking)
+        return await self._run(self._acquire(self._by_object or owner_of(runner), blocking), deadline, not blocking)
 
     async def release(self) -> None:
         """Release one level of the calling task's hold; the last release deletes our node.
@@ -276,8 +281,9 @@ class FairLock(Lock):
     The same queue, nodes, guarantees, session-loss states and fencing token as
     :class:`zkrecipes.FairLock`, and interoperable with it across processes; holds are owned by asyncio
     tasks (reentrant per task; ``release()`` from another task raises LockError) and the tasks of one
-    process share one node per path. Listeners are called on the event loop's thread; ``lost`` is an
-    ``asyncio.Event``.
+    process share one node per path. With ``owner="object"`` the hold belongs to the lock object: any
+    task may release it, and a second acquire of the object raises LockError (:doc:`/ownership`).
+    Listeners are called on the event loop's thread; ``lost`` is an ``asyncio.Event``.
     """
 
 

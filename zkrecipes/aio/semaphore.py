@@ -2,8 +2,37 @@
 
 from __future__ import annotations
 
+from typing import Awaitable, List, Optional
+
 from .. import semaphore as _semaphore
 from ._lock import Lock
+
+
+class Lease(_semaphore.LeaseCore):
+    """A lease from :meth:`aio.Semaphore.acquire_leases <zkrecipes.aio.Semaphore.acquire_leases>`: held
+    until ``await lease.release()`` (or the end of ``async with lease:``), by no task -- any task of its
+    event loop may release or check it. A lease dropped while held is released when it is
+    garbage-collected, with a warning."""
+
+    __slots__ = ()
+
+    async def release(self) -> None:
+        """Release the lease (delete its node); LockError if it was released already."""
+        await self._sem.release()
+
+    def check(self) -> Awaitable[None]:
+        """As :meth:`zkrecipes.Lease.check`: raises at the call; awaited, also confirms a stalled hold."""
+        checked: Awaitable[None] = self._sem.check()
+        return checked
+
+    async def __aenter__(self) -> "Lease":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    def __repr__(self) -> str:
+        return f"<aio.Lease {self._sem.path!r} node={self.node!r} state={self.state}>"
 
 
 class Semaphore(_semaphore.SemaphoreRecipe, Lock):
@@ -21,8 +50,21 @@ class Semaphore(_semaphore.SemaphoreRecipe, Lock):
     its Semaphore objects on the same client and path. ``token``, ``node``, ``is_held``, ``state``,
     :meth:`check`, :meth:`release` and :meth:`transaction` answer for the calling task's lease (outside
     a task: none); ``lost`` and listeners are the object's, told of every lease it hands out -- give
-    each task its own Semaphore object (cheap) if it needs its own.
+    each task its own Semaphore object (cheap) if it needs its own. With ``owner="object"`` the object
+    holds one lease that no task owns; :meth:`acquire_leases` hands out :class:`Lease` objects.
     """
+
+    async def acquire_leases(self, qty: int = 1, timeout: Optional[float] = None) -> List[Lease]:
+        """As :meth:`zkrecipes.Semaphore.acquire_leases` (await it): ``qty`` leases, all or none, ``[]`` on
+        the timeout or :meth:`cancel`; cancelling the task deletes every node taken."""
+        sems, blocking, deadline = self._lease_request(qty, timeout)
+        self._bind()
+        got = await self._run(self._take_leases(sems, blocking), deadline, not blocking)
+        return [Lease(sem) for sem in sems] if got else []
+
+    async def lease_holders(self) -> List[str]:
+        """As :meth:`zkrecipes.Semaphore.lease_holders` (await it)."""
+        return await self._run(self._lease_holders())
 
     def __repr__(self) -> str:
         return f"<aio.Semaphore {self.path!r} max_leases={self.max_leases}>"

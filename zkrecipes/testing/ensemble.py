@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import IO, Dict, List, Mapping, Optional, Sequence
+from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from . import _secure as secure
 from ._proc import ZooKeeperNotFound, die_with_parent
@@ -99,6 +99,19 @@ def four_letter(port: int, word: str, timeout: float = 2.0, host: str = "127.0.0
         return ""
 
 
+def server_conf(host: str, port: int, timeout: float = 2.0) -> Dict[str, str]:
+    """A server's settings as its ``conf`` four-letter word reports them (``{}`` if it does not answer).
+
+    Keys are ZooKeeper's: ``tickTime``, ``minSessionTimeout``, ``maxSessionTimeout``, ``maxClientCnxns``...
+    """
+    conf = {}
+    for line in four_letter(port, "conf", timeout=timeout, host=host).splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            conf[key.strip()] = value.strip()
+    return conf
+
+
 def _server_mode(port: int) -> Optional[str]:
     for line in four_letter(port, "srvr", timeout=1.0).splitlines():
         if line.startswith("Mode:"):
@@ -122,7 +135,10 @@ class Ensemble:
     ``tickTime`` (session timeouts may range from 2 ticks to ``max_session_ms``); ``force_sync=False``
     skips the fsync per write (fine for tests, not for benchmarks that claim disk latency).
     ``stop(i)``/``kill(i)``/``start(i)`` take server index ``i`` (0-based); ``leader()`` is the index of
-    the current ZooKeeper leader. Everything started is stopped and deleted by :meth:`close`.
+    the current ZooKeeper leader. Everything started is stopped and deleted by :meth:`close`. It has
+    the members of :class:`~zkrecipes.testing.ControllableEnsemble`, as a
+    :class:`~zkrecipes.testing.DockerEnsemble` has; ``client_ports`` (the servers' ports on 127.0.0.1)
+    and the settings above are its own.
 
     Secured ensembles (see :doc:`/security`): ``tls=True`` makes a throwaway CA and certificates
     (``openssl``, ``keytool``) and has every server also listen with mutual TLS on ``secure_hosts``
@@ -130,7 +146,16 @@ class Ensemble:
     stay open. ``sasl_users={"bob": "pw"}`` makes every server require SASL DIGEST-MD5 from each session
     (``enforce.auth``, ZooKeeper >= 3.7) for those users; ``client_sasl("bob")`` gives the keyword
     arguments (needs the ``pure-sasl`` package).
+
+    ``extended_types=True`` (the default) starts the servers with ``-Dzookeeper.extendedTypesEnabled=true``,
+    which ZooKeeper >= 3.5.3 needs for TTL nodes (``zkrecipes lock --once-per`` uses them for its done
+    markers); ``False`` leaves it out, as a server configured by default runs.
     """
+
+    size: int
+    """Number of servers."""
+    client_ports: List[int]
+    """Client port of each server on 127.0.0.1, in server order."""
 
     def __init__(
         self,
@@ -145,6 +170,7 @@ class Ensemble:
         workdir: Optional[str] = None,
         tls: bool = False,
         sasl_users: Optional[Mapping[str, str]] = None,
+        extended_types: bool = True,
     ) -> None:
         if not isinstance(tls, bool):
             raise ValueError(f"tls must be a bool, got {tls!r}")
@@ -159,6 +185,7 @@ class Ensemble:
         self.max_session_ms = max_session_ms
         self.start_timeout = start_timeout
         self.jvm_opts = list(jvm_opts)
+        self.extended_types = bool(extended_types)
         self.classpath = classpath or find_classpath()
         self.java = find_java()
         self._own_dir = workdir is None
@@ -222,6 +249,19 @@ class Ensemble:
     def host(self, i: int) -> str:
         """Connect string of server ``i`` alone."""
         return f"127.0.0.1:{self.client_ports[self._index(i)]}"
+
+    def four_letter(self, i: int, word: str, timeout: float = 2.0) -> str:
+        """Send a four-letter word to server ``i`` and return its reply ('' if it does not answer)."""
+        return four_letter(self.client_ports[self._index(i)], word, timeout=timeout)
+
+    def conf(self, i: int) -> Dict[str, str]:
+        """Settings of server ``i`` from its ``conf`` four-letter word (``{}`` if it does not answer)."""
+        return server_conf("127.0.0.1", self.client_ports[self._index(i)])
+
+    def session_timeout_bounds(self) -> Tuple[int, int]:
+        """``(minSessionTimeout, maxSessionTimeout)`` in ms as this ensemble configures its servers:
+        ``2 * tick_ms`` and ``max_session_ms``."""
+        return (2 * self.tick_ms, self.max_session_ms)
 
     def _dir(self, i: int) -> str:
         return os.path.join(self.workdir, f"server{i + 1}")
@@ -298,6 +338,7 @@ class Ensemble:
             "-Dzookeeper.root.logger=INFO,CONSOLE",
             f"-Dzookeeper.log.dir={d}",
             "-Dznode.container.checkIntervalMs=500",
+            *(["-Dzookeeper.extendedTypesEnabled=true"] if self.extended_types else []),  # TTL nodes
             "-Dzookeeper.admin.enableServer=false",
             *([f"-Djava.security.auth.login.config={os.path.join(self.workdir, 'jaas.conf')}"]
               if self.sasl_users else []),

@@ -18,7 +18,7 @@ import subprocess
 import time
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from .ensemble import four_letter
+from .ensemble import four_letter, server_conf
 
 log = logging.getLogger("zkrecipes.testing.external")
 
@@ -38,19 +38,6 @@ def parse_hosts(hosts: str) -> List[Tuple[str, int]]:
     return out
 
 
-def server_conf(host: str, port: int, timeout: float = 2.0) -> Dict[str, str]:
-    """A server's settings as its ``conf`` four-letter word reports them (``{}`` if it does not answer).
-
-    Keys are ZooKeeper's: ``tickTime``, ``minSessionTimeout``, ``maxSessionTimeout``, ``maxClientCnxns``...
-    """
-    conf = {}
-    for line in four_letter(port, "conf", timeout=timeout, host=host).splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            conf[key.strip()] = value.strip()
-    return conf
-
-
 class ExternalEnsemble:
     """The ZooKeeper servers named by a connect string, started by someone else (``ZK_HOSTS``).
 
@@ -58,7 +45,13 @@ class ExternalEnsemble:
     :meth:`wait_serving` ask the servers (``srvr``); :meth:`conf` reads a server's settings. This class
     cannot stop or start servers: see :class:`DockerEnsemble`. :meth:`close` does nothing (the servers
     are not ours), so the object can be used wherever an :class:`~zkrecipes.testing.Ensemble` is closed.
+    It has the members of :class:`~zkrecipes.testing.EnsembleView`.
     """
+
+    size: int
+    """Number of servers."""
+    servers: List[Tuple[str, int]]
+    """``(host, client port)`` of each server, in the order of the connect string."""
 
     def __init__(self, hosts: str) -> None:
         self.servers = parse_hosts(hosts)
@@ -172,7 +165,8 @@ class DockerEnsemble(ExternalEnsemble):
     ``containers[i]`` is the container (name or id) of the ``i``-th server of ``hosts``. Besides what
     :class:`ExternalEnsemble` tells, :meth:`stop` (``docker stop``), :meth:`kill` (``docker kill``, a
     crash), :meth:`pause`/:meth:`resume` (``docker pause``/``unpause``: the cgroup freezer, like
-    ``SIGSTOP``) and :meth:`start` (``docker start``) act like :class:`~zkrecipes.testing.Ensemble`'s.
+    ``SIGSTOP``) and :meth:`start` (``docker start``) act like :class:`~zkrecipes.testing.Ensemble`'s: it
+    has the members of :class:`~zkrecipes.testing.ControllableEnsemble`.
     The ``docker`` command reaches the engine named by ``DOCKER_HOST`` (or its default socket). A
     failing ``docker`` call raises RuntimeError with its message. :meth:`close` leaves the containers
     as they are: they belong to ``docker compose``.

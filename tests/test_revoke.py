@@ -1,0 +1,331 @@
+"""Revocation and break on a real ensemble: a revoke request reaches the holder (event and listener, on
+both fronts) and takes nothing; break_lock deletes exactly the holder's node with the token given and
+refuses every other; the CLI's revoke and break; bad input refused before any request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionClosedError, NoNodeError
+from lockhelpers import MUTEXES, RECIPES, StateLog, children, wait_until
+
+from zkrecipes import (
+    FairLock,
+    LockError,
+    LockLost,
+    ReadWriteLock,
+    Semaphore,
+    aio,
+    break_lock,
+    naming,
+    request_revoke,
+)
+from zkrecipes.revoke import holders
+
+DEADLINE = 15.0
+_SCRIPT = Path(sys.executable).with_name("zkrecipes")
+ZKRECIPES = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "zkrecipes.cli"]
+
+
+def record_requests(client, monkeypatch) -> list:
+    """Names of the requests ``client`` puts on the wire from now on (pings left out, and the ``Exists`` a
+    hold confirms itself with after the process stood still: a loaded machine stalls, and that read is
+    the doubt clock's, not what these tests count)."""
+    sent: list = []
+    conn = client._connection
+    real = conn._submit
+
+    def submit(request, timeout, xid=None):
+        if type(request).__name__ not in ("Ping", "Exists"):
+            sent.append(type(request).__name__)
+        return real(request, timeout, xid)
+
+    monkeypatch.setattr(conn, "_submit", submit)
+    return sent
+
+
+class Waiter:
+    """``lock`` acquired on a thread of its own, held until :meth:`finish` (a hold belongs to its thread)."""
+
+    def __init__(self, lock) -> None:
+        self.lock = lock
+        self.granted = threading.Event()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+        self._thread.start()
+
+    def _run(self) -> None:
+        if self.lock.acquire(timeout=DEADLINE):
+            self.granted.set()
+            self._done.wait(DEADLINE)
+            self.lock.release()
+
+    def finish(self) -> None:
+        self._done.set()
+        self._thread.join(DEADLINE)
+
+
+# -- the holder hears a revoke request and keeps its hold ---------------------------------------------
+@pytest.mark.parametrize("recipe", MUTEXES)
+def test_a_revoke_request_reaches_the_holder_and_takes_nothing(zk, zk_factory, recipe):
+    lock = RECIPES[recipe](zk, "/rv/a")
+    asked = lock.revoke_requested  # the holder listens: its holds follow their node
+    log = StateLog(lock)
+    assert lock.acquire(timeout=DEADLINE)
+    waiter = Waiter(RECIPES[recipe](zk_factory(), "/rv/a"))
+    wait_until(lambda: len(children(zk, "/rv/a")) == 2 or recipe == "exclusive", DEADLINE, "the waiter queued")
+    assert not asked.is_set()
+
+    marked = request_revoke(zk_factory(), "/rv/a")
+    assert marked == [lock.node.rsplit("/", 1)[1]]  # the holder only, not the waiter
+    assert asked.wait(DEADLINE), "revoke_requested was not set"
+    log.wait_for("revoke-requested")
+    assert not any(t.startswith("kazoo") for t in log.threads), log.threads  # never on kazoo's threads
+    lock.check()  # nothing taken: still held, certain
+    assert lock.is_held and lock.state == "held"
+    assert not waiter.granted.is_set()
+    assert request_revoke(zk, "/rv/a") == marked  # asked again: already marked, no second write
+
+    lock.release()
+    assert waiter.granted.wait(DEADLINE)  # the waiter is granted as ever
+    assert not waiter.lock.revoke_requested.is_set()
+    waiter.finish()
+
+
+def test_revoke_requested_is_cleared_by_the_next_acquire_and_told_once(zk, zk_factory):
+    lock = FairLock(zk, "/rv/clear")
+    log = StateLog(lock)  # a listener alone makes the holds follow their node
+    with lock:
+        assert request_revoke(zk_factory(), "/rv/clear")
+        log.wait_for("revoke-requested")
+        assert lock.revoke_requested.is_set()  # read after the request: already told
+    assert lock.revoke_requested.is_set()  # stays set, like lost, until the next acquire
+    with lock:
+        assert not lock.revoke_requested.is_set()
+    assert log.states.count("revoke-requested") == 1
+
+
+def test_readers_and_lease_holders_are_all_asked(zk, zk_factory):
+    readers = [ReadWriteLock(zk_factory(), "/rv/rw").read() for _ in range(2)]
+    for r in readers:
+        r.revoke_requested  # noqa: B018  (listens)
+        assert r.acquire(timeout=DEADLINE)
+    writer = Waiter(ReadWriteLock(zk_factory(), "/rv/rw").write())
+    wait_until(lambda: len(children(zk, "/rv/rw")) == 3, DEADLINE, "the writer queued")
+    assert sorted(request_revoke(zk, "/rv/rw")) == sorted(r.node.rsplit("/", 1)[1] for r in readers)
+    for r in readers:
+        assert r.revoke_requested.wait(DEADLINE)
+        r.release()
+    assert writer.granted.wait(DEADLINE)
+    assert not writer.lock.revoke_requested.is_set()
+    writer.finish()
+
+    leases = [Semaphore(zk_factory(), "/rv/sem", 2) for _ in range(2)]
+    for s in leases:
+        s.add_listener(lambda *_: None)
+        assert s.acquire(timeout=DEADLINE)
+    assert len(request_revoke(zk, "/rv/sem")) == 2
+    for s in leases:
+        assert s.revoke_requested.wait(DEADLINE)
+        s.check()
+        s.release()
+
+
+def test_a_hold_that_nobody_listens_to_costs_nothing_and_one_that_does_one_read(zk, monkeypatch):
+    zk.ensure_path("/rv/cost")
+    lock = FairLock(zk, "/rv/cost")
+    with lock:
+        pass
+    sent = record_requests(zk, monkeypatch)
+    with lock:
+        pass
+    assert sent == ["Create2", "GetChildren", "Delete"]  # unchanged: no watch, no read
+    del sent[:]
+    lock.revoke_requested  # noqa: B018  (listens from now on)
+    assert lock.acquire()
+    wait_until(lambda: len(sent) == 3, DEADLINE, "the data watch's read went out")
+    assert sent == ["Create2", "GetChildren", "GetData"]  # the data watch's read, not waited for
+    lock.release()
+    wait_until(lambda: sent[-1] == "Delete", DEADLINE, "released")
+
+
+def test_no_holder_no_mark(zk):
+    assert request_revoke(zk, "/rv/nobody") == []  # the path does not exist
+    zk.ensure_path("/rv/empty")
+    assert request_revoke(zk, "/rv/empty") == []
+
+
+def test_marks_keep_what_contenders_read_and_curators_mark_is_recognised():
+    data = naming.node_data("job-7", "g", "h")
+    marked = naming.with_revoke_mark(data)
+    assert naming.revoke_marked(marked) and not naming.revoke_marked(data)
+    assert {k: v for k, v in json.loads(marked).items() if k != "revoke"} == json.loads(data)
+    assert naming.with_revoke_mark(b"some-identifier") == b"__REVOKE__"  # kazoo's/Curator's identifier data
+    assert naming.revoke_marked(b"__REVOKE__") and not naming.revoke_marked(b"")
+
+
+def test_contenders_still_read_a_marked_holder(zk, zk_factory):
+    lock = FairLock(zk, "/rv/cont", "worker-1")
+    with lock:
+        request_revoke(zk_factory(), "/rv/cont")
+        (c,) = lock.contenders()
+        assert c.identifier == "worker-1" and c.pid is not None
+
+
+def test_holders_follow_the_wait_rules():
+    w = [f"h-W-{i:010d}" for i in range(3)]
+    r = [f"h-R-{i:010d}" for i in range(3, 6)]
+    assert holders([w[1], w[0], r[0]]) == [w[0]]
+    assert holders([r[1], r[0], "h-W-0000000009"]) == [r[0], r[1]]  # readers ahead of a writer
+    assert holders([r[2], w[1]]) == [w[1]]  # a reader behind a writer waits
+    assert holders(["lock"]) == ["lock"]
+    leases = [f"h-S2-{i:010d}" for i in range(4)]
+    assert holders(leases) == leases[:2]
+    assert holders([]) == []
+
+
+# -- the asyncio front ----------------------------------------------------------------------------------
+def test_aio_holder_hears_the_request_on_its_loop(zk, zk_factory):
+    other = zk_factory()
+
+    async def main():
+        lock = aio.FairLock(zk, "/rv/aio")
+        told = []
+        lock.add_listener(lambda lk, state: told.append((state, threading.current_thread())))
+        async with lock:
+            marked = await aio.request_revoke(other, "/rv/aio")
+            assert marked == [lock.node.rsplit("/", 1)[1]]
+            await asyncio.wait_for(lock.revoke_requested.wait(), DEADLINE)
+            assert isinstance(lock.revoke_requested, asyncio.Event)
+            assert ("revoke-requested", threading.current_thread()) in told  # on the loop's thread
+            await lock.check()
+            token = lock.token
+            assert await aio.break_lock(other, "/rv/aio", token) == marked[0]
+            await asyncio.wait_for(lock.lost.wait(), DEADLINE)  # broken: the hold is lost at once
+            with pytest.raises(LockLost):
+                await lock.check()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+    assert children(zk, "/rv/aio") == []
+
+
+# -- break ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("recipe", MUTEXES)
+def test_break_deletes_exactly_the_holders_node_and_the_waiter_is_granted(zk, zk_factory, recipe):
+    lock = RECIPES[recipe](zk, "/br/a")
+    log = StateLog(lock)
+    assert lock.acquire(timeout=DEADLINE)
+    waiter = Waiter(RECIPES[recipe](zk_factory(), "/br/a"))
+    wait_until(lambda: len(children(zk, "/br/a")) == 2 or recipe == "exclusive", DEADLINE, "the waiter queued")
+    operator = zk_factory()
+    token, node = lock.token, lock.node
+
+    with pytest.raises(LockError, match="no holder has token"):
+        break_lock(operator, "/br/a", token + 1_000_000)  # another token: refused
+    if recipe != "exclusive":  # (its waiters have no node)
+        waiter_node = next(c for c in children(zk, "/br/a") if c != node.rsplit("/", 1)[1])
+        with pytest.raises(LockError, match="a waiter's node is never broken"):
+            break_lock(operator, "/br/a", zk.exists(f"/br/a/{waiter_node}").czxid)
+    assert zk.exists(node).czxid == token  # untouched
+    lock.check()
+
+    assert break_lock(operator, "/br/a", token) == node.rsplit("/", 1)[1]
+    assert waiter.granted.wait(DEADLINE), "the waiter was not granted"
+    log.wait_for("lost")
+    assert lock.lost.is_set()
+    with pytest.raises(LockLost):
+        lock.check()
+    with pytest.raises(LockLost):
+        tx = lock.transaction()
+        tx.create("/br-fenced")
+        tx.commit()
+    assert zk.exists("/br-fenced") is None
+    now = children(zk, "/br/a")
+    lock.release()  # forgets it locally; never deletes the new holder's node
+    assert now and children(zk, "/br/a") == now
+    waiter.finish()
+
+
+def test_a_holder_that_does_not_listen_learns_of_a_break_through_its_fence(zk, zk_factory):
+    lock = FairLock(zk, "/br/quiet")
+    with lock:
+        break_lock(zk_factory(), "/br/quiet", lock.token)
+        assert zk.exists(lock.node) is None
+        tx = lock.transaction()
+        tx.create("/br-quiet")
+        lock.check()  # not told: it does not follow its node (see docs/revocation.rst)
+        with pytest.raises(LockLost, match="our node is gone"):  # the fenced multi refuses
+            tx.commit()
+        assert zk.exists("/br-quiet") is None
+
+
+def test_break_refuses_an_empty_path(zk):
+    with pytest.raises(LockError, match="no holder"):
+        break_lock(zk, "/br/nobody", 12345)
+
+
+# -- bad input, before any request ----------------------------------------------------------------------
+def test_bad_input_is_refused_before_any_request(zk, monkeypatch):
+    sent = record_requests(zk, monkeypatch)
+    for call in (lambda: request_revoke(zk, "no-slash"), lambda: break_lock(zk, "/x/", 5)):
+        with pytest.raises(ValueError):
+            call()
+    with pytest.raises(TypeError, match="token must be an int"):
+        break_lock(zk, "/x", "12")
+    with pytest.raises(TypeError, match="token must be an int"):
+        break_lock(zk, "/x", True)
+    with pytest.raises(ValueError, match="czxid"):
+        break_lock(zk, "/x", 0)
+    with pytest.raises(TypeError, match="KazooClient"):
+        request_revoke("localhost:2181", "/x")
+    with pytest.raises(TypeError, match="token must be an int"):
+        asyncio.run(aio.break_lock(zk, "/x", 1.5))
+    assert sent == []
+
+
+def test_a_stopped_client_is_refused(zk_factory):
+    client: KazooClient = zk_factory()
+    client.stop()
+    with pytest.raises(ConnectionClosedError):
+        request_revoke(client, "/x")
+
+
+# -- the command line -------------------------------------------------------------------------------------
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(ZKRECIPES + list(args), capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_cli_revoke_and_break(zk, zk_ensemble, zk_namespace):
+    hosts = zk_ensemble.hosts + zk_namespace
+    r = run_cli("revoke", "/cli/a", "--hosts", hosts)
+    assert r.returncode == 1 and "no holder" in r.stderr, r
+    lock = FairLock(zk, "/cli/a")
+    lock.revoke_requested  # noqa: B018
+    with lock:
+        r = run_cli("revoke", "/cli/a", "--hosts", hosts)
+        assert r.returncode == 0, r.stderr
+        assert lock.node.rsplit("/", 1)[1] in r.stdout
+        assert lock.revoke_requested.wait(DEADLINE)
+
+        r = run_cli("break", "/cli/a", "--token", str(lock.token + 1), "--hosts", hosts)
+        assert r.returncode == 1 and "no holder has token" in r.stderr, r
+        assert "Traceback" not in r.stderr
+        assert zk.exists(lock.node) is not None  # untouched
+        r = run_cli("break", "/cli/a", "--token", "x1", "--hosts", hosts)
+        assert r.returncode == 2, r
+
+        r = run_cli("status", "/cli/a", "--json", "--hosts", hosts)
+        assert json.loads(r.stdout)[0]["token"] == lock.token  # where an operator finds the token
+        r = run_cli("break", "/cli/a", "--token", str(lock.token), "--hosts", hosts)
+        assert r.returncode == 0, r.stderr
+        with pytest.raises(NoNodeError):
+            zk.get(lock.node)
+        assert lock.lost.wait(DEADLINE)

@@ -1,0 +1,193 @@
+"""The tooz backend (zkrecipes.tooz) under tooz's own test suite, and what it adds beyond tooz's driver.
+
+tooz's test_coordination and test_partitioner are read from the installed (pinned) tooz wheel, unmodified,
+and run in a subprocess twice on the session's ensemble, each on a fresh chroot: against ``zkrecipes://``
+(this backend) and against ``kazoo://`` (tooz's own ZooKeeper driver). Both tables are printed. The backend
+must fail nothing, and pass every test tooz's driver passes plus the shared-lock tests and ``break_``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from typing import Any, Dict, Iterator, Tuple
+
+import pytest
+import tooz.coordination as tooz_coordination  # the test extra installs the pinned tooz (setup.cfg)
+
+from zkrecipes.testing import Partition, expire_session
+from zkrecipes.tooz import LeaderLost, ZkrecipesLock
+
+SUITES = ("tooz.tests.test_coordination", "tooz.tests.test_partitioner")
+# what tooz's driver skips (tooz.NotImplemented) and the backend implements
+ADDED = (
+    "test_get_shared_lock",
+    "test_get_shared_lock_locking_same_lock_twice",
+    "test_get_shared_lock_locking_two_lock",
+    "test_get_lock_locking_shared_and_exclusive",
+    "test_get_lock_locking_exclusive_and_shared",
+    "test_get_lock_release_broken",
+)
+Outcomes = Dict[str, Tuple[str, str]]  # test id -> (passed/skipped/failed, reason)
+
+
+def run_tooz_suite(url: str, tmp: str) -> Outcomes:
+    """Run tooz's tests with ``TOOZ_TEST_URL=url`` in a subprocess; each test's outcome from its junit XML."""
+    xml = os.path.join(tmp, "junit.xml")
+    env = dict(os.environ, TOOZ_TEST_URL=url)
+    # importlib mode leaves sys.path alone: the zkrecipes that declares the entry point is the one on it
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-c", os.devnull, "--rootdir", tmp,
+           "--import-mode=importlib", f"--junitxml={xml}", "-o", "junit_family=xunit1", "--pyargs", *SUITES]
+    proc = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=900)
+    if not os.path.exists(xml):
+        raise AssertionError(f"tooz's suite did not run ({url}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    out: Outcomes = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        name = f"{case.get('classname', '').rsplit('.', 1)[-1]}.{case.get('name')}"
+        outcome, reason = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome, reason = "failed", (child.get("message") or "").splitlines()[0][:100]
+            elif child.tag == "skipped" and outcome == "passed":
+                outcome, reason = "skipped", (child.get("message") or "")[:100]
+        out[name] = outcome, reason
+    return out
+
+
+def table(title: str, outcomes: Outcomes) -> str:
+    counts = {k: sum(1 for o, _ in outcomes.values() if o == k) for k in ("passed", "skipped", "failed")}
+    lines = [f"{title}: {counts['passed']} passed, {counts['skipped']} skipped, {counts['failed']} failed"]
+    lines += [f"  {o:7}  {name}  {reason}" for name, (o, reason) in sorted(outcomes.items()) if o != "passed"]
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def suites(zk_ensemble: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dict[str, Outcomes]]:
+    from kazoo.client import KazooClient
+
+    root = KazooClient(hosts=zk_ensemble.hosts)
+    root.start(timeout=30)
+    results: Dict[str, Outcomes] = {}
+    spaces = []
+    try:
+        for scheme in ("zkrecipes", "kazoo"):
+            space = f"zkrecipes-test/tooz-{scheme}-{os.urandom(4).hex()}"  # a fresh chroot for each run
+            spaces.append("/" + space)
+            url = f"{scheme}://{zk_ensemble.hosts}?namespace={space}"
+            results[scheme] = run_tooz_suite(url, str(tmp_path_factory.mktemp(f"tooz-{scheme}")))
+        yield results
+    finally:
+        for space in spaces:
+            try:
+                root.delete(space, recursive=True)
+            except Exception:
+                pass
+        root.stop()
+        root.close()
+
+
+def test_tooz_suite_passes_on_the_backend(suites: Dict[str, Outcomes], capsys: pytest.CaptureFixture[str]) -> None:
+    with capsys.disabled():
+        print("\n" + table("tooz 9.1.0 suite on zkrecipes://", suites["zkrecipes"]))
+        print(table("tooz 9.1.0 suite on kazoo:// (tooz's ZooKeeper driver)", suites["kazoo"]))
+    ours = suites["zkrecipes"]
+    assert len(ours) > 90, f"tooz's suite ran only {len(ours)} tests"
+    failed = {k: r for k, (o, r) in ours.items() if o == "failed"}
+    assert not failed, f"tooz's tests failed on zkrecipes://: {failed}"
+
+
+def test_backend_passes_what_tooz_driver_passes_and_more(suites: Dict[str, Outcomes]) -> None:
+    ours, theirs = suites["zkrecipes"], suites["kazoo"]
+    missing = sorted(k for k, (o, _) in theirs.items() if o == "passed" and ours.get(k, ("absent",))[0] != "passed")
+    assert not missing, f"passed on tooz's driver, not on zkrecipes://: {missing}"
+    for name in ADDED:
+        [key] = [k for k in ours if k.endswith("." + name)]
+        assert ours[key][0] == "passed", (key, ours[key])
+        assert theirs[key][0] == "skipped", (key, theirs[key])  # still the gap this backend fills
+
+
+# -- what tooz's suite does not ask ----------------------------------------------------------------------------
+@pytest.fixture
+def coordinator(zk_ensemble: Any, zk_namespace: str) -> Iterator[Any]:
+    made = []
+
+    def make(member: bytes, **options: Any) -> Any:
+        hosts = options.pop("hosts", zk_ensemble.hosts)
+        c = tooz_coordination.get_coordinator(f"zkrecipes://{hosts}?namespace={zk_namespace[1:]}", member, **options)
+        c.start()
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        if c.is_started:
+            c.stop()
+
+
+def test_import_zkrecipes_does_not_import_tooz() -> None:
+    code = "import sys, zkrecipes; assert 'tooz' not in sys.modules, sorted(m for m in sys.modules if 'tooz' in m)"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_lock_token_grows_and_is_still_owner_asks_zookeeper(coordinator: Any) -> None:
+    a, b = coordinator(b"a"), coordinator(b"b")
+    lock_a, lock_b = a.get_lock(b"fenced"), b.get_lock(b"fenced")
+    assert isinstance(lock_a, ZkrecipesLock) and lock_a.token is None
+    assert lock_a.acquire()
+    first = lock_a.token
+    assert isinstance(first, int) and lock_a.is_still_owner()
+    assert lock_b.break_() and not lock_a.is_still_owner()  # the node is gone: ZooKeeper says so at once
+    assert lock_b.acquire(blocking=False)
+    assert lock_b.token is not None and lock_b.token > first
+    assert not lock_a.release() and lock_b.release()
+
+
+def test_is_still_owner_raises_while_zookeeper_cannot_say(zk_ensemble: Any, coordinator: Any) -> None:
+    with Partition(zk_ensemble.hosts) as link:
+        a = coordinator(b"a", hosts=link.hosts, timeout="4")
+        lock = a.get_lock(b"doubt")
+        assert lock.acquire() and lock.is_still_owner()
+        client = a._coord  # tooz's KazooDriver keeps its kazoo client here
+        suspended = threading.Event()
+        client.add_listener(lambda state: suspended.set() if state == "SUSPENDED" else None)
+        link.cut()
+        assert suspended.wait(10)
+        with pytest.raises(tooz_coordination.ToozConnectionError):
+            lock.is_still_owner()
+        link.heal()
+        deadline = time.monotonic() + 10
+        owner = None
+        while owner is None and time.monotonic() < deadline:
+            try:  # reconnected, the hold stays in doubt until ZooKeeper confirms our node (asynchronously)
+                owner = lock.is_still_owner()
+            except tooz_coordination.ToozConnectionError:
+                time.sleep(0.05)
+        assert owner  # same session, node still ours: held again
+        assert lock.release()
+
+
+def test_leadership_lost_is_told_and_the_next_member_leads(coordinator: Any, zk_ensemble: Any) -> None:
+    a, b = coordinator(b"a"), coordinator(b"b")
+    group = b"lead"
+    a.create_group(group).get()
+    events: list = []
+    a.watch_elected_as_leader(group, events.append)
+    a.watch_lost_leadership(group, events.append)
+    a.run_watchers()  # a leads before b campaigns
+    b.watch_elected_as_leader(group, events.append)
+    b.run_watchers()
+    assert [(type(e).__name__, e.member_id) for e in events] == [("LeaderElected", b"a")]
+    assert b.get_leader(group).get() == b"a"
+    events.clear()
+    expire_session(a._coord)  # a's session ends: its campaign finds out, b is next in line
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(events) < 2:
+        a.run_watchers(), b.run_watchers()
+        time.sleep(0.1)
+    kinds = [(type(e).__name__, e.member_id) for e in events]
+    assert ("LeaderLost", b"a") in kinds and ("LeaderElected", b"b") in kinds, kinds
+    assert isinstance([e for e in events if e.member_id == b"a"][0], LeaderLost)

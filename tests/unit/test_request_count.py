@@ -1,0 +1,137 @@
+"""The requests each lock operation sends, pinned (issue 40): a whole acquire and release of a lock's core
+(:class:`zkrecipes._lock.LockCore`, both fronts run it) driven by scripted replies, every step counted.
+
+A request is what reaches ZooKeeper: a create (a write), a listing or read, a delete (a write). The steps
+that need none (the session id, the clock) are answered here and not counted."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Dict, List
+
+import pytest
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+from kazoo.protocol.states import KeeperState, ZnodeStat
+
+from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock, Semaphore
+from zkrecipes import _engine as e
+
+SID = 0x5EED
+
+
+def stat(czxid: int = 9) -> ZnodeStat:
+    return ZnodeStat(czxid, czxid, 0, 0, 0, 0, 0, SID, 0, 0, czxid)
+
+
+def client() -> KazooClient:
+    """A client that was never started, made to report a live session (nothing is sent through it)."""
+    c = KazooClient(hosts="127.0.0.1:1")
+    c._session_id, c._state = SID, KeeperState.CONNECTED
+    return c
+
+
+def count(steps: e.Steps[Any], answer: Callable[[Any], Any]) -> "tuple[Dict[str, int], Any]":
+    """Run ``steps`` to their end: ``({"reads": n, "writes": n}, their value)``; ``answer(op)`` is each
+    request's reply (an exception is thrown in)."""
+    seen = {"reads": 0, "writes": 0}
+    reply: Any = None
+    while True:
+        try:
+            op = steps.throw(reply) if isinstance(reply, BaseException) else steps.send(reply)
+        except StopIteration as stop:
+            return seen, stop.value
+        if op is e.SESSION:
+            reply = SID
+        elif op is e.NOW:
+            reply = 0.0
+        elif op is e.STALE:
+            reply = False
+        elif op is e.UNWATCH:
+            reply = None
+        elif op is e.SLEEP:  # what a driver does when a non-blocking attempt would wait
+            reply = e.DeadlinePassed()
+        else:
+            t = type(op)
+            if t is e.CreateAndList:
+                seen["writes"] += 1
+                seen["reads"] += op.parent is not None  # the listing pipelined with it
+            elif t in (e.Read, e.Watch):
+                seen["reads"] += 1
+            elif t is e.Delete:
+                seen["writes"] += 1
+            else:
+                raise AssertionError(f"unexpected step {op!r}")
+            reply = answer(op)
+
+
+def queue_answers(children: List[str], ours: str, joined: List[str] = ()) -> Callable[[Any], Any]:
+    """Replies for a path whose listing is ``children``, then also ``joined`` from our create on (ours,
+    once created, is ``ours``; ExclusiveLock's create fails if ``lock`` is listed by then)."""
+
+    def answer(op: Any) -> Any:
+        now = [*children, *joined]
+        if type(op) is e.CreateAndList:
+            if ours == "lock" and "lock" in now:
+                return NodeExistsError(), now, SID
+            return (f"{op.path.rsplit('/', 1)[0]}/{ours}", stat()), [*now, ours], SID
+        if type(op) is e.Read:
+            return list(children)
+        if type(op) is e.Watch:
+            return ZnodeStat(3, 3, 0, 0, 0, 0, 0, SID + 1, 0, 0, 3)  # someone else's
+        if type(op) is e.Delete:
+            return True
+        raise AssertionError(op)
+
+    return answer
+
+
+RECIPES = {  # a lock of each recipe, its node as created, and a node of someone else that blocks it
+    "fair": (lambda c: FairLock(c, "/q"), "h-W-0000000005", "o-W-0000000004"),
+    "write": (lambda c: ReadWriteLock(c, "/q").write(), "h-W-0000000005", "o-R-0000000004"),
+    "read": (lambda c: ReadWriteLock(c, "/q").read(), "h-R-0000000005", "o-W-0000000004"),
+    "semaphore": (lambda c: Semaphore(c, "/q", 1), "h-S1-0000000005", "o-S1-0000000004"),
+    "exclusive": (lambda c: ExclusiveLock(c, "/q"), "lock", "lock"),
+}
+
+
+def acquire(lock: Any, blocking: bool, children: List[str], ours: str, joined: List[str] = ()) -> Any:
+    """``(requests, held)`` of one acquire of ``lock`` by this thread."""
+    return count(lock._acquire(threading.current_thread(), blocking), queue_answers(children, ours, joined))
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_an_uncontended_acquire_is_one_create_and_list_and_a_release_one_delete(recipe):
+    make, ours, _ = RECIPES[recipe]
+    lock = make(client())
+    seen, held = acquire(lock, True, [], ours)
+    assert held and seen == {"writes": 1, "reads": 1}  # the create and its listing, pipelined: one round trip
+    seen, _ = count(lock._release(threading.current_thread()), queue_answers([], ours))
+    assert seen == {"writes": 1, "reads": 0}  # one delete
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_a_try_on_a_held_lock_is_one_read_and_no_write(recipe):
+    make, ours, other = RECIPES[recipe]
+    assert make(client())._acquire(threading.current_thread(), False).send(None) == e.Read("get_children", "/q")
+    seen, held = acquire(make(client()), False, [other], ours)
+    assert not held and seen == {"reads": 1, "writes": 0}
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_a_try_on_a_free_lock_is_a_read_then_the_create_and_list(recipe):
+    make, ours, _ = RECIPES[recipe]
+    lock = make(client())
+    seen, held = acquire(lock, False, [], ours)
+    assert held and seen == {"reads": 2, "writes": 1}  # the look, then the create and its listing
+    count(lock._release(threading.current_thread()), queue_answers([], ours))
+
+
+@pytest.mark.parametrize("recipe", sorted(RECIPES))
+def test_a_try_that_loses_the_race_after_its_look_deletes_its_node_and_does_not_wait(recipe):
+    make, ours, other = RECIPES[recipe]
+    seen, held = acquire(make(client()), False, [], ours, joined=[other])  # the blocker came after our look
+    # the look, the create and its listing, the delete (ExclusiveLock: its failed create, then a look at
+    # the holder's node, which may be ours from a lost reply); no watch is left: the run's end drops it
+    assert not held
+    assert seen == ({"reads": 2, "writes": 2} if recipe != "exclusive" else {"reads": 3, "writes": 1})

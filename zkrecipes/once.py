@@ -1,0 +1,245 @@
+"""Once per key: a job that many processes start (a cron fire on every host) runs in one of them.
+
+``with lock.once(key) as run:`` takes the lock, then looks for the key's *done marker*: the node
+``<path>-done/<key>``, a sibling of the lock path (never inside it: a lock path holds queue nodes only).
+``run`` is true when the key is open -- no marker, or one older than ``keep`` -- and :meth:`Once.done`
+writes the marker, fenced by the hold (:meth:`~zkrecipes.FairLock.transaction`): a holder that lost its
+hold cannot mark a key done. Whoever takes the lock next sees the marker and skips, so racing processes
+run the job once, and one that arrives after the run finished skips too; a run that failed or was cut off
+never wrote the marker, so the next one runs.
+
+Markers clean up after themselves without a sweeper: on ZooKeeper >= 3.5.3 started with
+``-Dzookeeper.extendedTypesEnabled=true`` a marker is a TTL node (the server deletes it ``keep`` after it
+was written, at its next container check), and ``<path>-done`` is a container node (deleted once empty).
+A server without TTL nodes answers UnimplementedError; then (remembered per client) markers are
+persistent nodes, and each run that writes one also deletes the markers of ``<path>-done`` older than the
+``keep`` each was written with. Either way a marker counts only while younger than the ``keep`` of the
+one looking, judged on the server's clock (its ctime against that of our lock node), so ``keep`` means the
+same on both kinds of server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import re
+import weakref
+from types import TracebackType
+from typing import Any, ContextManager, List, Optional, Protocol, Sequence, Type
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError, NoNodeError, UnimplementedError
+from kazoo.security import ACL, OPEN_ACL_UNSAFE
+
+from . import _kazoo, naming
+from .errors import LockError, TransactionFailed
+from .transaction import HeldTransaction
+
+__all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "marker_parent", "parse_keep", "validate_keep"]
+
+
+class Holder(Protocol):
+    """What :class:`Once` uses of a lock (every threaded zkrecipes lock has it)."""
+
+    client: KazooClient
+    path: str
+    host: str
+
+    @property
+    def node(self) -> Optional[str]: ...
+
+    def check(self) -> None: ...
+
+    def transaction(self) -> HeldTransaction: ...
+
+    def hold(self, timeout: Optional[float] = None) -> ContextManager[Any]: ...
+
+
+log = logging.getLogger("zkrecipes.once")
+
+DEFAULT_KEEP = 86400.0  # seconds a done marker counts: a day
+MAX_KEEP = 366 * 86400.0  # a year and a day: any longer is a typo
+SUFFIX = "-done"  # markers of lock path P live under P + SUFFIX
+SWEEP_BATCH = 100  # stale markers deleted per fenced multi (far below ZooKeeper's request size limit)
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)([smhd]?)")
+
+_no_ttl: "weakref.WeakSet[KazooClient]" = weakref.WeakSet()  # clients whose server refused a TTL node
+
+
+def marker_parent(path: str) -> str:
+    """Where the done markers of lock path ``path`` live: ``path + "-done"``."""
+    return naming.validate_path(naming.validate_path(path) + SUFFIX)
+
+
+def validate_keep(keep: object) -> float:
+    """Return ``keep`` (seconds, > 0, at most :data:`MAX_KEEP`) as a float, else raise naming it."""
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)):
+        raise TypeError(f"keep must be a number of seconds, got {keep!r}")
+    if math.isnan(keep) or not 0 < keep <= MAX_KEEP:
+        raise ValueError(f"keep must be > 0 and at most {MAX_KEEP:g} seconds, got {keep!r}")
+    return float(keep)
+
+
+def parse_keep(text: str) -> float:
+    """Seconds in a duration written as a number with an optional unit: ``90``, ``90s``, ``30m``, ``12h``,
+    ``1d``, ``1.5h``; ValueError naming ``text`` otherwise."""
+    m = _DURATION.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"not a duration (a number with an optional unit s, m, h or d, e.g. 1d): {text!r}")
+    return validate_keep(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+def validate_key(path: str, key: object) -> str:
+    """Return the marker path of ``key`` for lock path ``path``; raise naming ``key`` if it is not a
+    label (a non-empty str without ``/`` or control characters), is ``.`` or ``..``, or is too long."""
+    naming.validate_label("once key", key)
+    try:
+        return naming.validate_path(f"{marker_parent(path)}/{key}")
+    except ValueError as exc:
+        raise ValueError(f"once key {key!r} does not make a usable node name: {exc}") from None
+
+
+class Once:
+    """One key's turn under a lock, made by ``lock.once(key, keep=..., timeout=...)`` (any threaded lock
+    one process holds at a time: :meth:`zkrecipes.FairLock.once`). ``bool(run)`` is whether the key is
+    open (the job is to run); :meth:`done` marks it done.
+
+    As a context manager it holds the lock (LockTimeout after ``timeout``), looks, and releases on exit.
+    Without ``with``, hold the lock yourself and call :meth:`look` (what the CLI does).
+
+    ``key`` and ``keep`` are checked when it is made (ValueError or TypeError naming them, no request).
+    A lock whose hold is shared -- a read lock, a semaphore -- is refused (LockError): two holders could
+    both find the key open.
+    """
+
+    def __init__(self, lock: Holder, key: str, keep: float = DEFAULT_KEEP, timeout: Optional[float] = None,
+                 *, acl: Sequence[ACL] = (), shared: bool = False) -> None:
+        self.marker = validate_key(lock.path, key)
+        self.key = key
+        self.keep = validate_keep(keep)
+        self.timeout = naming.validate_timeout(timeout)
+        if shared:
+            raise LockError(f"{lock.path}: once() needs a lock one process holds at a time, not {type(lock).__name__}")
+        self.lock = lock
+        self.acl = list(acl) or list(OPEN_ACL_UNSAFE)  # the lock's: for the markers and their parent
+        self.open: Optional[bool] = None  # unknown until look()
+        self._now_ms: Optional[int] = None
+        self._held: Optional[ContextManager[Any]] = None
+
+    def __enter__(self) -> "Once":
+        held = self.lock.hold(self.timeout)
+        held.__enter__()
+        try:
+            self.look()
+        except BaseException:
+            held.__exit__(None, None, None)
+            raise
+        self._held = held
+        return self
+
+    def __exit__(self, et: Optional[Type[BaseException]], ev: Optional[BaseException],
+                 tb: Optional[TracebackType]) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.__exit__(et, ev, tb)
+
+    def __bool__(self) -> bool:
+        if self.open is None:
+            raise LockError(f"{self.marker}: not looked at yet (hold the lock, then call look())")
+        return self.open
+
+    def look(self) -> bool:
+        """With the lock held: whether the key is open. A marker older than ``keep`` is deleted (fenced) and
+        the key is open. Raises LockLost if the hold is lost or in doubt, LockError if not held."""
+        self.lock.check()
+        client = self.lock.client
+        stat = client.exists(self.marker)
+        if stat is not None and self._stale(stat.ctime):
+            tx = self.lock.transaction()
+            tx.delete(self.marker)
+            try:
+                tx.commit()
+                log.info("%s: older than %g s, deleted", self.marker, self.keep)
+            except TransactionFailed as exc:
+                if not isinstance(exc.error, NoNodeError):  # gone already: the server's TTL got there first
+                    raise
+            stat = None
+        self.open = stat is None
+        return self.open
+
+    def done(self) -> None:
+        """Mark the key done (the job succeeded): write its marker, fenced by the hold, so nothing later
+        runs it within ``keep``. Raises :class:`~zkrecipes.LockLost` with nothing written if the hold is
+        lost or in doubt (the key stays open), LockError if the key was not open."""
+        if not self:
+            raise LockError(f"{self.marker}: the key was done already; nothing to mark")
+        client = self.lock.client
+        data = json.dumps({"host": self.lock.host, "pid": os.getpid(), "keep": self.keep},
+                          separators=(",", ":")).encode()
+        for _ in range(3):  # a missing parent: create it, then once more (a reaper may race us once)
+            tx = self.lock.transaction()
+            ttl = client not in _no_ttl
+            if ttl:
+                _kazoo.add_create_ttl(tx, self.marker, data, self.acl, int(self.keep * 1000))
+            else:
+                tx.create(self.marker, data, self.acl)
+            try:
+                tx.commit()
+            except TransactionFailed as exc:
+                if isinstance(exc.error, UnimplementedError) and ttl:
+                    log.info("server has no TTL nodes (zookeeper.extendedTypesEnabled): persistent markers")
+                    _no_ttl.add(client)
+                elif isinstance(exc.error, NoNodeError):
+                    with contextlib.suppress(NodeExistsError):
+                        _kazoo.create_parent(client, marker_parent(self.lock.path), self.acl, True).get()
+                elif isinstance(exc.error, NodeExistsError):  # ours, from a commit whose reply was lost
+                    break
+                else:
+                    raise
+                continue
+            if not ttl:
+                self._sweep()
+            break
+        else:
+            raise LockError(f"{self.marker}: could not write the done marker (its parent kept vanishing)")
+        self.open = False
+
+    def _stale(self, ctime_ms: int, keep: Optional[float] = None) -> bool:
+        """Whether a marker written at ``ctime_ms`` (server clock) is older than ``keep`` (default ours):
+        compared with our lock node's ctime, a server time no later than now (read once)."""
+        if self._now_ms is None:
+            node = self.lock.node
+            stat = self.lock.client.exists(node) if node else None
+            if stat is None:
+                self.lock.check()  # raises: our node is gone
+                raise LockError(f"{self.lock.path}: our node {node} is gone")
+            self._now_ms = stat.ctime
+        return ctime_ms + (self.keep if keep is None else keep) * 1000 <= self._now_ms
+
+    def _sweep(self) -> None:
+        """Without TTL nodes: delete the markers of this lock path older than the keep each was written with
+        (as a TTL would), ours for a marker that does not say (fenced)."""
+        client, parent = self.lock.client, marker_parent(self.lock.path)
+        stale: List[str] = []
+        for name in client.get_children(parent):
+            try:
+                data, stat = client.get(f"{parent}/{name}")
+            except NoNodeError:
+                continue
+            keep = naming.read_data(data).get("keep")
+            keep = keep if isinstance(keep, (int, float)) and not isinstance(keep, bool) else None
+            if stat.numChildren == 0 and self._stale(stat.ctime, keep):
+                stale.append(f"{parent}/{name}")
+        for i in range(0, len(stale), SWEEP_BATCH):
+            tx = self.lock.transaction()
+            for path in stale[i:i + SWEEP_BATCH]:
+                tx.delete(path)
+            try:
+                tx.commit()
+            except TransactionFailed as exc:  # one went meanwhile (deleted by hand): the next run sweeps again
+                log.info("%s: sweep of stale markers not applied (%r)", parent, exc.error)
+

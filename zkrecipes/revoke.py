@@ -1,0 +1,178 @@
+"""Revocation and break: ask a lock's holders to let go, or delete exactly one holder's node.
+
+:func:`request_revoke` stores a mark on each current holder's node (its data: zkrecipes' JSON gains
+``"revoke": true``, other data becomes Curator's ``__REVOKE__``); a holder that listens is told
+(``revoke_requested``, listeners called with ``"revoke-requested"``) and nothing is taken from it.
+:func:`break_lock` deletes the one holder's node whose fencing token (czxid) is the one given, and refuses
+anything else. Both work on every recipe and node format (zkrecipes, kazoo, Curator); who holds is decided
+from one listing by the recipes' own wait-rules. Written once as engine steps (:mod:`zkrecipes._engine`),
+run on the calling thread here and on the event loop by :mod:`zkrecipes.aio`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Sequence, Tuple
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import BadVersionError, NoNodeError
+
+from . import formats, naming
+from ._drive import Driver, never
+from ._engine import Read, ReadAll, Steps, Write, holding
+from .errors import LockError
+
+_TRIES = 3  # a write whose node changed meanwhile is tried again after one read (only marks change data)
+
+
+def holders(children: Sequence[str]) -> List[str]:
+    """The children of a lock path that hold now, in queue order: ExclusiveLock's ``lock`` node, and each
+    queue node that its recipe's wait-rule finds unblocked (:func:`zkrecipes._engine.holding`: a reader
+    with no writer ahead, a lease with fewer than ``max_leases`` ahead, anything else at the head), in any
+    node format."""
+    nodes = [node for _, node in formats.sort_any(children)]
+    queue = [node.name for node, holds in zip(nodes, holding(nodes)) if holds]
+    return ([formats.EXCLUSIVE_NODE] if formats.EXCLUSIVE_NODE in children else []) + queue
+
+
+def validate_token(token: object) -> int:
+    """Return ``token`` if it is a fencing token (a czxid: an int >= 1, not a bool), else raise."""
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"token must be an int (a lock's fencing token), got {type(token).__name__} {token!r}")
+    if not 1 <= token < 1 << 63:
+        raise ValueError(f"token must be a czxid between 1 and 2**63-1, got {token!r}")
+    return token
+
+
+def checked(client: object, path: object) -> Tuple[KazooClient, str]:
+    """``(client, path)`` if they are a KazooClient and a valid lock path, else TypeError/ValueError."""
+    if not isinstance(client, KazooClient):
+        raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
+    return client, naming.validate_path(path)
+
+
+def _holders_read(path: str) -> Steps[List[Tuple[str, Any]]]:
+    """``(name, (data, stat) or NoNodeError)`` of each current holder of ``path`` (reads pipelined);
+    NoNodeError if ``path`` does not exist. Synced first: our server has then seen every grant made
+    before this call (a server lagging behind would show an older queue)."""
+    yield Read("sync", path)
+    names = holders((yield Read("get_children", path)))
+    replies = yield ReadAll([f"{path}/{n}" for n in names])
+    for reply in replies:
+        if isinstance(reply, BaseException) and not isinstance(reply, NoNodeError):
+            raise reply
+    return list(zip(names, replies))
+
+
+def revoke_steps(path: str) -> Steps[List[str]]:
+    """Mark every current holder's node of ``path`` (see :func:`request_revoke`); the names marked."""
+    try:
+        found = yield from _holders_read(path)
+    except NoNodeError:
+        return []
+    marked = []
+    for name, reply in found:
+        node = f"{path}/{name}"
+        for _ in range(_TRIES):
+            if isinstance(reply, NoNodeError):
+                break  # released meanwhile: nothing to ask
+            data, stat = reply
+            if naming.revoke_marked(data):
+                marked.append(name)
+                break
+            try:
+                yield Write(node, stat.version, naming.with_revoke_mark(data))
+            except (BadVersionError, NoNodeError):  # changed or gone meanwhile (or our retried write applied)
+                try:
+                    reply = yield Read("get", node)
+                except NoNodeError as gone:
+                    reply = gone
+                continue
+            marked.append(name)
+            break
+        else:
+            raise LockError(f"{node}: its data keeps changing; not marked")
+    return marked
+
+
+def break_steps(path: str, token: int) -> Steps[str]:
+    """Delete the holder's node of ``path`` whose czxid is ``token`` (see :func:`break_lock`); its name."""
+    try:
+        found = yield from _holders_read(path)
+    except NoNodeError:
+        found = []
+    others: Dict[str, int] = {}
+    for name, reply in found:
+        if isinstance(reply, NoNodeError):
+            continue
+        stat = reply[1]
+        if stat.czxid == token:
+            return (yield from _delete(f"{path}/{name}", token, reply[0], stat.version))
+        others[name] = stat.czxid
+    held = ", ".join(f"{n} has token {t}" for n, t in others.items()) or "it has no holder"
+    raise LockError(f"{path}: no holder has token {token} ({held}); a waiter's node is never broken. "
+                    "Nothing was deleted.")
+
+
+def _delete(node: str, token: int, data: bytes, version: int) -> Steps[str]:
+    """Delete ``node`` while its czxid is ``token``: conditional on the data version read with it. A queue
+    node's name is never reused; ExclusiveLock's ``lock`` is, at version 0 again, so it is first marked
+    (as :func:`request_revoke` would): the write's reply says whose node now has the version we delete."""
+    name = node.rsplit("/", 1)[1]
+    if name == formats.EXCLUSIVE_NODE:
+        try:
+            stat = yield Write(node, version, naming.with_revoke_mark(data))
+        except (BadVersionError, NoNodeError):
+            stat = yield Read("exists", node)  # changed, gone, or our retried write was applied
+        if stat is None:
+            return name
+        if stat.czxid != token:
+            raise LockError(f"{node}: the holder with token {token} left; the new holder's node (token "
+                            f"{stat.czxid}) was not deleted (it may have been asked to let go)")
+        version = stat.version
+    for _ in range(_TRIES):
+        try:
+            yield Write(node, version)
+        except NoNodeError:
+            return name  # gone already: released meanwhile, or our retried delete was applied
+        except BadVersionError:  # its data changed (a revoke mark): read again
+            stat = yield Read("exists", node)
+            if stat is None:
+                return name
+            if stat.czxid != token:  # ExclusiveLock's ``lock`` node, made again by a new holder
+                raise LockError(f"{node}: the holder with token {token} left; the new holder's node "
+                                f"(token {stat.czxid}) was not deleted") from None
+            version = stat.version
+            continue
+        return name
+    raise LockError(f"{node}: its data keeps changing; not deleted")
+
+
+def request_revoke(client: KazooClient, path: str) -> List[str]:
+    """Ask the current holder(s) of the lock at ``path`` to let go; returns the names of the nodes marked.
+
+    A mark ZooKeeper stores on each holder's node (a mutex's one holder; every reader or lease holder),
+    not a delete: a zkrecipes holder that listens sees its lock's ``revoke_requested`` set and its
+    listeners called with ``"revoke-requested"``, a Curator holder made revocable its listener called;
+    nothing is taken from any of them. ``[]`` if nobody holds (or the path does not exist): nothing to
+    ask. Any recipe and node format. Bad input raises TypeError/ValueError before any request;
+    connection errors are raised."""
+    client, path = checked(client, path)
+    return Driver(client, None, never, None, path=path).run(revoke_steps(path))
+
+
+def break_lock(client: KazooClient, path: str, token: int) -> str:
+    """Delete exactly the holder's node of ``path`` whose fencing token (czxid) is ``token``; returns its
+    name. The holder, if it listens (see :attr:`FairLock.revoke_requested
+    <zkrecipes.FairLock.revoke_requested>`), sees its hold lost at once; any holder's fenced transaction
+    refuses from then on.
+
+    Raises LockError, deleting nothing, when no current holder has that token: another holder's, a
+    waiter's, a node gone. The delete is conditional on the data version read with the token: a queue's
+    node names are never reused, so no other node can be deleted. ExclusiveLock's ``lock`` node is made
+    again at the same path: it is marked first (one more round trip), and the mark's reply says it is
+    still the node with that token; only a ``lock`` made again and marked by someone else within the next
+    round trip could be taken for it. Bad input raises TypeError/ValueError before any request."""
+    client, path = checked(client, path)
+    token = validate_token(token)
+    return Driver(client, None, never, None, path=path).run(break_steps(path, token))
+

@@ -1,0 +1,418 @@
+"""A tooz backend: ``tooz.coordination.get_coordinator("zkrecipes://127.0.0.1:2181", b"member")``.
+
+Installed with ``pip install 'zkrecipes[tooz]'``, found by tooz through the ``tooz.backends`` entry point.
+Group membership (groups, members, capabilities, the partitioner) is tooz's own ZooKeeper driver,
+unchanged (:class:`ZkrecipesDriver` subclasses it, and takes the same URL and query options); locks and
+elections are zkrecipes recipes, in kazoo's node format on tooz's paths, so ``zookeeper://`` and
+``zkrecipes://`` processes exclude each other while a fleet moves from one to the other:
+
+* locks (:class:`ZkrecipesLock`): a :class:`~zkrecipes.ReadWriteLock` per name, ``acquire(shared=True)``
+  on its read side; ``is_still_owner()`` asks ZooKeeper and raises on connection errors; ``break_()``;
+  :attr:`ZkrecipesLock.token`, the fencing token.
+* elections: a :class:`~zkrecipes.LeaderElection` per watched group, campaigning in the background from
+  ``watch_elected_as_leader`` on (not only when ``run_watchers()`` polls); a lost leadership is told as
+  :class:`LeaderLost` to :meth:`ZkrecipesDriver.watch_lost_leadership` callbacks. As in tooz, callbacks
+  run inside ``run_watchers()``.
+
+Importing :mod:`zkrecipes` does not import this module (nor tooz).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+from kazoo.exceptions import ConnectionLoss, KazooException
+from tooz import ToozError, coordination, locking, utils
+from tooz.drivers import zookeeper
+
+from . import _engine, _kazoo, formats, naming, rwlock
+from ._lock import predecessor
+from .election import LeaderElection
+from .errors import LockError, LockLost
+from .naming import Contender
+from .revoke import break_lock
+from .session import LOST
+
+log = logging.getLogger("zkrecipes.tooz")
+
+FORMAT = formats.KAZOO  # tooz's own driver makes kazoo Locks: the same queue, on the same paths
+
+
+def _break(client: Any, path: str, name: str) -> bool:
+    """Break the hold of node ``name`` of ``path`` (:func:`zkrecipes.break_lock`, by its token); False if it
+    is gone or no longer a holder."""
+    stat = client.exists(f"{path}/{name}")
+    if stat is None:
+        return False
+    try:
+        break_lock(client, path, stat.czxid)
+    except LockError:  # gone or changed since we looked: nothing deleted
+        return False
+    return True
+
+
+def _holders(contenders: List[Contender]) -> List[Contender]:
+    """The nodes that hold (by each one's wait-rule: :attr:`Contender.holding <zkrecipes.Contender.holding>`)."""
+    return [c for c in contenders if c.holding]
+
+
+class ZkrecipesLock(locking.Lock):
+    """tooz's lock on a zkrecipes :class:`~zkrecipes.ReadWriteLock` (``<namespace>/locks/<name>``).
+
+    Exclusive by default, shared with ``acquire(shared=True)`` (readers share; a queued writer blocks
+    readers behind it). Like tooz's ZooKeeper lock: a second acquire of one object while it holds returns
+    False (non-blocking) or waits for its release (blocking); any thread may release; a shared acquire of an
+    object that holds shared adds a level. Errors from ZooKeeper are raised as :class:`tooz.ToozError`.
+    """
+
+    def __init__(self, name: bytes, rw: rwlock.ReadWriteLock) -> None:
+        super().__init__(name)
+        self._rw = rw
+        self._busy = threading.Lock()  # held while this object holds (any thread releases it)
+        self._mutex = threading.Lock()  # guards _side and _levels
+        self._side: Optional[Any] = None  # the zkrecipes side that holds
+        self._levels = 0  # shared acquires of this object not yet released
+
+    @property
+    def path(self) -> str:
+        """The lock's path in ZooKeeper."""
+        return str(self._rw.path)
+
+    @property
+    def token(self) -> Optional[int]:
+        """The fencing token (the czxid of our node, growing across the ensemble) while held, else None."""
+        side = self._side
+        return None if side is None else side.token
+
+    @property
+    def acquired(self) -> bool:
+        """True from a successful acquire until its release (whatever ZooKeeper says meanwhile)."""
+        return self._side is not None
+
+    def acquire(
+        self, blocking: Any = True, shared: bool = False, timeout: Optional[float] = None
+    ) -> bool:
+        """Acquire (exclusive, or shared with ``shared=True``); True once held. ``blocking`` may be a
+        number of seconds, as in tooz."""
+        blocking, timeout = utils.convert_blocking(blocking, timeout)
+        if timeout is not None and not blocking:
+            blocking, timeout = False, None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if shared:
+            with self._mutex:
+                if self._levels:
+                    self._levels += 1
+                    return True
+        if not self._busy.acquire(blocking, -1 if timeout is None else timeout):
+            return False
+        side = self._rw.read() if shared else self._rw.write()
+        try:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ok = side.acquire(blocking, left)
+        except BaseException as exc:
+            self._busy.release()
+            if isinstance(exc, (KazooException, LockError)):
+                utils.raise_with_cause(ToozError, f"acquire of {self.path} failed: {exc}", cause=exc)
+            raise
+        if not ok:
+            self._busy.release()
+            return False
+        with self._mutex:
+            self._side, self._levels = side, (1 if shared else 0)
+        return True
+
+    def release(self) -> bool:
+        """Release; True if our node was still ours until then, False if the lock was not held or was lost
+        or broken meanwhile (its node is then left alone: it may be someone else's)."""
+        with self._mutex:
+            side = self._side
+            if side is None:
+                return False
+            if self._levels > 1:
+                self._levels -= 1
+                return True
+            self._side, self._levels = None, 0
+        try:
+            node, session = side.node, _kazoo.session_id(side.client)
+            # read with the delete (pipelined: no round trip added): was the node still ours?
+            looked = side.client.exists_async(node) if node is not None else None
+            side.release()
+            try:
+                ours = looked is not None and _engine.owns(looked.get(timeout=0), session)
+            except Exception:
+                ours = False
+            return ours and not side.lost.is_set()
+        except (KazooException, LockError) as exc:
+            utils.raise_with_cause(ToozError, f"release of {self.path} failed: {exc}", cause=exc)
+            raise  # (not reached)
+        finally:
+            self._busy.release()
+
+    def is_still_owner(self) -> bool:
+        """Ask ZooKeeper whether our node is still ours (it exists and belongs to our session): False if not,
+        or if the lock is not held or its hold was lost. Raises :class:`tooz.coordination.ToozConnectionError`
+        when ZooKeeper cannot say (connection dropped, hold suspended) instead of answering False."""
+        side = self._side
+        if side is None:
+            return False
+        try:
+            side.check()
+        except LockLost as exc:
+            if side.lost.is_set() or side.state == LOST:
+                return False
+            utils.raise_with_cause(coordination.ToozConnectionError, str(exc), cause=exc)
+        except LockError:
+            return False  # released meanwhile
+        node = side.node
+        if node is None:
+            return False
+        client = side.client
+        try:
+            if not client.connected:  # kazoo would hold the read until it reconnects
+                raise ConnectionLoss("not connected")
+            stat = client.exists_async(node).get(timeout=_kazoo.session_timeout(client))
+        except (KazooException, client.handler.timeout_exception) as exc:
+            utils.raise_with_cause(
+                coordination.ToozConnectionError, f"{self.path}: cannot tell who holds: {exc}", cause=exc
+            )
+        return _engine.owns(stat, _kazoo.session_id(side.client))
+
+    def break_(self) -> bool:
+        """Force-release: delete the current holders' nodes with :func:`zkrecipes.break_lock`, by their tokens
+        (exactly those: a node queued meanwhile is not touched). True if one was deleted, False if nobody
+        held. The holder finds out when it asks (``is_still_owner()``; its ``release()`` returns False)."""
+        try:
+            holders = _holders(self._rw.read().contenders())
+            return any([_break(self._rw.read().client, self.path, c.node) for c in holders])
+        except (KazooException, LockError) as exc:
+            utils.raise_with_cause(ToozError, f"break of {self.path} failed: {exc}", cause=exc)
+            raise  # (not reached)
+
+
+# -- elections -------------------------------------------------------------------------------------------
+class LeaderLost(coordination.Event):
+    """This member was the leader of ``group_id`` and no longer is (session expired, or suspended past the
+    session timeout): another member may lead now. Told to :meth:`ZkrecipesDriver.watch_lost_leadership`
+    callbacks by ``run_watchers()``; the member campaigns again by itself."""
+
+    def __init__(self, group_id: bytes, member_id: bytes) -> None:
+        self.group_id = group_id
+        self.member_id = member_id
+
+    def __repr__(self) -> str:
+        return f"<{self.__class__.__name__}: group {self.group_id!r}: -{self.member_id!r}>"
+
+
+class _Candidate(LeaderElection):
+    """A LeaderElection that tells when a campaign is queued behind others (``queued``)."""
+
+    queued: Optional[threading.Event] = None
+
+    def _steps(self) -> Any:
+        prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
+        return _engine.acquire(
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format,
+            seen=self._seen_ahead,
+        )
+
+    def _seen_ahead(self, n: int) -> None:
+        if self.queued is not None:
+            self.queued.set()
+
+
+class _Campaign:
+    """One group's campaign, on a thread of its own, from ``watch_elected_as_leader`` until unwatched or
+    the driver stops: campaign, tell ``LeaderElected``, hold until stood down (campaign again, at the back)
+    or lost (tell ``LeaderLost``, campaign again)."""
+
+    def __init__(self, election: _Candidate, group_id: bytes, member_id: bytes, tell: Any) -> None:
+        self.election = election
+        self.group_id, self.member_id = group_id, member_id
+        self._tell = tell
+        self.settled = threading.Event()  # queued behind others, or leader
+        self.elected = threading.Event()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        election.queued = self.settled
+        election.add_listener(self._on_state)
+        self._thread = threading.Thread(target=self._run, name=f"zkrecipes-tooz-campaign-{group_id!r}", daemon=True)
+        self._thread.start()
+
+    def _on_state(self, election: Any, state: str) -> None:
+        if state == LOST:
+            self._wake.set()
+
+    def _run(self) -> None:
+        e = self.election
+        while not self._stop.is_set():
+            self.settled.clear()
+            try:
+                won = e.campaign()
+            except Exception as exc:
+                log.warning("campaign for %s failed, trying again: %s", e.path, exc)
+                self._stop.wait(1.0)
+                continue
+            if not won:
+                continue  # cancelled: stood down or stopping
+            self.elected.set()
+            self.settled.set()
+            self._tell(coordination.LeaderElected(self.group_id, self.member_id))
+            self._wake.wait()  # lost, stood down or stopping
+            self._wake.clear()
+            self.elected.clear()
+            if e.lost.is_set():
+                self._tell(LeaderLost(self.group_id, self.member_id))
+            try:
+                e.resign()
+            except Exception as exc:
+                log.warning("resign from %s failed: %s", e.path, exc)
+
+    def stand_down(self) -> bool:
+        """Resign now if leader (the next candidate leads; we queue again at the back); False if not."""
+        if not self.elected.is_set():
+            return False
+        self.elected.clear()
+        self.election.resign()
+        self._wake.set()
+        return True
+
+    def settle(self, within: float) -> None:
+        """Wait (up to ``within`` s) until the campaign is leader or queued behind a live node; if the queue
+        shows us at its head, until we are leader."""
+        if not self.settled.wait(within) or self.elected.is_set():
+            return
+        head = self.election.leader()
+        if head is not None and head.identifier == self.election.identifier:
+            self.elected.wait(within)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self.election.cancel()
+        self._thread.join()
+        self.election.resign()
+
+
+class ZkrecipesDriver(zookeeper.KazooDriver):
+    """tooz's ZooKeeper driver with zkrecipes' locks and elections (see the module docstring).
+
+    URL: ``zkrecipes://host:port[,host:port...][?option=value&...]`` with tooz's ZooKeeper options
+    (``timeout``, ``namespace``, ``use_ssl``, ``ca``, ``certfile``, ``keyfile``, ``randomize_hosts``, ...).
+    """
+
+    def __init__(self, member_id: bytes, parsed_url: Any, options: Dict[str, Any]) -> None:
+        super().__init__(member_id, parsed_url, options)
+        self._campaigns: Dict[bytes, _Campaign] = {}
+        self._observers: Dict[bytes, LeaderElection] = {}
+        self._hooks_lost_leader: Dict[bytes, coordination.Hooks] = collections.defaultdict(coordination.Hooks)
+        self._told: Deque[Any] = collections.deque()
+        self._told_lock = threading.Lock()
+
+    # -- locks ---------------------------------------------------------------------------------------
+    def get_lock(self, name: bytes) -> ZkrecipesLock:  # type: ignore[override]  # (not a kazoo Lock)
+        path = self._paths_join("/", self._namespace, "locks", name)
+        rw = rwlock.ReadWriteLock(self._coord, path, self._member_text(), protocol=FORMAT, owner="object")
+        return ZkrecipesLock(name, rw)
+
+    def _member_text(self) -> str:
+        return self._member_id.decode("ascii") if isinstance(self._member_id, bytes) else str(self._member_id)
+
+    # -- elections -----------------------------------------------------------------------------------
+    def _leader_path(self, group_id: bytes) -> str:
+        return self._path_group(group_id) + "/leader"  # tooz's own driver's path: one election for both
+
+    def watch_elected_as_leader(self, group_id: bytes, callback: Any) -> None:
+        """Campaign for ``group_id`` from now on (in the background); ``callback(LeaderElected)`` is called by
+        ``run_watchers()`` after each election of this member."""
+        super().watch_elected_as_leader(group_id, callback)
+        if group_id not in self._campaigns:
+            election = _Candidate(self._coord, self._leader_path(group_id), self._member_text(), protocol=FORMAT)
+            self._campaigns[group_id] = _Campaign(election, group_id, self._member_id, self._tell)
+
+    def unwatch_elected_as_leader(self, group_id: bytes, callback: Any) -> None:
+        """Stop calling ``callback``; after the last one, leave the election (resigning if leader)."""
+        super().unwatch_elected_as_leader(group_id, callback)
+        if group_id not in self._hooks_elected_leader:
+            campaign = self._campaigns.pop(group_id, None)
+            if campaign is not None:
+                campaign.stop()
+
+    def watch_lost_leadership(self, group_id: bytes, callback: Any) -> None:
+        """Call ``callback(LeaderLost)`` (from ``run_watchers()``) each time this member loses the leadership
+        of ``group_id`` other than by ``stand_down_group_leader``."""
+        self._hooks_lost_leader[group_id].append(callback)
+
+    def unwatch_lost_leadership(self, group_id: bytes, callback: Any) -> None:
+        """Stop calling ``callback``; :class:`tooz.coordination.WatchCallbackNotFound` if it was not watching."""
+        try:
+            self._hooks_lost_leader[group_id].remove(callback)
+        except ValueError:
+            raise coordination.WatchCallbackNotFound(group_id, callback) from None
+        if not self._hooks_lost_leader[group_id]:
+            del self._hooks_lost_leader[group_id]
+
+    def _tell(self, event: Any) -> None:
+        with self._told_lock:
+            self._told.append(event)
+
+    def stand_down_group_leader(self, group_id: bytes) -> bool:
+        """Resign if this member leads ``group_id`` (the next candidate leads at once); it campaigns again,
+        at the back of the queue, while it still watches the election. False if it did not lead."""
+        campaign = self._campaigns.get(group_id)
+        return campaign is not None and campaign.stand_down()
+
+    def get_leader(self, group_id: bytes) -> Any:
+        """The leader's member id (None if nobody leads), as a tooz async result."""
+        election: Optional[LeaderElection] = None
+        campaign = self._campaigns.get(group_id)
+        if campaign is not None:
+            election = campaign.election
+        else:
+            election = self._observers.get(group_id)
+            if election is None:
+                election = LeaderElection(self._coord, self._leader_path(group_id), protocol=FORMAT)
+                self._observers[group_id] = election
+        try:
+            head = election.leader()
+        except (KazooException, LockError) as exc:
+            utils.raise_with_cause(ToozError, f"leader of {group_id!r}: {exc}", cause=exc)
+        leader = None if head is None or head.identifier is None else head.identifier.encode("ascii")
+        return zookeeper.ZooAsyncResult(None, lambda *args: leader)
+
+    def run_elect_coordinator(self) -> None:
+        """Let each campaign settle (leader, or queued behind a live node), so that an election ZooKeeper has
+        decided is told by this ``run_watchers()`` call."""
+        within = _kazoo.session_timeout(self._coord)
+        for campaign in list(self._campaigns.values()):
+            campaign.settle(within)
+
+    def run_watchers(self, timeout: Optional[float] = None) -> List[Any]:
+        """Group membership events (tooz's), then the elections and lost leaderships told since the last
+        call, in the order they happened; returns the callbacks' results."""
+        results: List[Any] = list(super().run_watchers(timeout))
+        while True:
+            with self._told_lock:
+                if not self._told:
+                    break
+                event = self._told.popleft()
+            hooks = (self._hooks_lost_leader if isinstance(event, LeaderLost) else self._hooks_elected_leader)
+            if event.group_id in hooks:
+                results.extend(hooks[event.group_id].run(event))
+        return results
+
+    def _stop(self) -> None:
+        campaigns: List[Tuple[bytes, _Campaign]] = list(self._campaigns.items())
+        self._campaigns.clear()
+        self._observers.clear()
+        for _, campaign in campaigns:
+            try:
+                campaign.stop()
+            except Exception as exc:
+                log.warning("leaving the election of %r failed: %s", campaign.group_id, exc)
+        with self._told_lock:
+            self._told.clear()
+        super()._stop()
