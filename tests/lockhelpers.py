@@ -329,3 +329,29 @@ class LateLink:
                 self._held[server] += frame
             else:
                 client.sendall(frame)
+
+
+def give_up_session(client, timeout: float = 30.0) -> int:
+    """Drop ``client``'s session the way kazoo's own test harness simulates an expiry
+    (``KazooTestHarness.expire_session``): kazoo reports LOST and starts a new session, while the server
+    keeps the old one (and its ephemeral nodes) until its timeout. Returns the old session id."""
+    from kazoo.protocol.connection import _SESSION_EXPIRED
+    from kazoo.protocol.states import KazooState
+
+    old = client.client_id[0]
+    lost = threading.Event()
+
+    def listener(state: str) -> None:
+        if state == KazooState.LOST:
+            lost.set()
+
+    client.add_listener(listener)
+    try:
+        client._call(_SESSION_EXPIRED, None)
+        if not lost.wait(timeout):
+            pytest.fail(f"kazoo did not report LOST within {timeout} s")
+        wait_until(lambda: client.connected and client.client_id and client.client_id[0] != old, timeout,
+                   "a new session")
+    finally:
+        client.remove_listener(listener)
+    return int(old)

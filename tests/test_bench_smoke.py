@@ -10,8 +10,10 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT_PATH = Path(ROOT)
 
 
 def _smoke(script: str, hosts: str, out) -> None:
@@ -191,3 +193,25 @@ def test_contention_bench_smoke(zk_ensemble, tmp_path):
     assert all(isinstance(t["met"], bool) for t in res["targets"])
     md = (out / "contention.md").read_text()
     assert "### Targets" in md and all(f"| {impl} |" in md for impl in expected)
+
+
+def test_recovery_bench_smoke(zk_ensemble, tmp_path):
+    """bench/recovery.py (issue 39): every fault for every library, each contender in its own process; the
+    waiter is granted after each fault, and in the same run the doubt clock's guarantee holds for ours:
+    a cut-off holder is told it lost the lock before the waiter is granted."""
+    from bench.recovery import CURATOR, FAULTS, LIBS, OURS, _java
+
+    out = tmp_path / "results"
+    _smoke("recovery.py", zk_ensemble.hosts, out)
+    res = json.loads((out / "recovery.json").read_text())
+    curator = _java.curator_classpath(ROOT_PATH / "bench" / "CuratorRecovery.java")[0] is not None
+    expected = set(LIBS) if curator else set(LIBS) - {CURATOR}
+    assert set(res["libs"]) == expected and (curator or res["curator_absent"])
+    rows = {(r["lib"], r["fault"]): r for r in res["rows"]}
+    assert set(rows) == {(lib, fault) for lib in expected for fault in FAULTS}
+    for r in rows.values():
+        assert "error" not in r and r["grant_s"] > 0, r
+    ours = rows[(OURS, "partition")]  # (a forced expiry ends the session before any deadline: not checked)
+    assert ours["lost_before_grant"] is True and ours["told_s"] < ours["lost_s"], ours
+    md = (out / "recovery.md").read_text()
+    assert all(f"| {lib} |" in md for lib in expected)

@@ -139,6 +139,11 @@ def delete(client: KazooClient, path: str, session: Optional[int], policy: Optio
     return Driver(client, None, never, policy).run(_delete_step(path, session))
 
 
+def drop_old(client: KazooClient, path: str, session: int, token: int, policy: Optional[tenacity.Retrying]) -> bool:
+    """:func:`zkrecipes._engine.drop_old` outside any run (the session thread)."""
+    return Driver(client, None, never, policy).run(e.drop_old(path, session, token))
+
+
 def _delete_step(path: str, session: Optional[int]) -> e.Steps[bool]:
     deleted: bool = yield e.Delete(path, session)
     return deleted

@@ -129,6 +129,17 @@ class Delete(NamedTuple):
     gone: Optional[Callable[[], bool]] = None
 
 
+class DeleteOld(NamedTuple):
+    """Delete ``path``, the sequential node with czxid ``token`` that ``session``, an earlier session of this
+    client, made, if it still is that node. A session the client gave up (kazoo's test harness does so to
+    simulate an expiry) may live on in the server until its timeout, and its node with it, blocking the
+    queue: it can be no one else's. Read, then delete; answer True if deleted. See :func:`drop_old`."""
+
+    path: str
+    session: int
+    token: int
+
+
 class WaitGate(NamedTuple):
     """Wait until the local gate ``gate`` (:class:`zkrecipes._gate.Gate`) changes: its ``version`` is no
     longer ``version``. Answer: None."""
@@ -168,6 +179,19 @@ class Entry(NamedTuple):
 def owns(stat: Optional[ZnodeStat], session: Optional[int]) -> bool:
     """The one ownership test: a node is ours only if it exists and its owner is ``session``."""
     return stat is not None and session is not None and stat.ephemeralOwner == session
+
+
+def drop_old(path: str, session: int, token: int) -> Steps[bool]:
+    """Delete our node ``path`` (czxid ``token``) of ``session`` if the client has a newer session now and
+    the node still exists as that session's (:class:`DeleteOld`); True if deleted. Only a sequential name:
+    ZooKeeper never gives one twice while its parent lives, whereas a fixed name (ExclusiveLock's
+    ``lock``) may be someone else's node by the time a delete arrives. A hold's owner is told it is lost
+    before this runs (the doubt clock: its holder hears first)."""
+    current = yield SESSION
+    if current is None or current == session or naming.sequence(path.rsplit("/", 1)[1]) is None:
+        return False  # no session to ask with (a later reconnection cleans up), or not an old one
+    deleted: bool = yield DeleteOld(path, session, token)
+    return deleted
 
 
 # -- the wait-rules: which nodes ahead of ``me`` (in queue order) block it --------------------------------
@@ -250,7 +274,8 @@ def acquire(
             elif waited:
                 current = yield SESSION
                 if current is not None and current != entry.session:
-                    entry = None  # our node went with the old session: queue again, at the back
+                    yield from drop_old(entry.path, entry.session, entry.token)  # a session we gave up keeps it
+                    entry = None  # queue again, at the back
                     continue
             found = rule(ahead, entry.node)
             if not found:  # None, or no blockers (a QueueNode is a non-empty tuple)
@@ -276,8 +301,8 @@ def acquire(
     except GeneratorExit:  # closed by its driver: it may not ask for anything more
         raise
     except BaseException:
-        if entry is not None:
-            yield Delete(entry.path, entry.session)
+        if entry is not None and (yield Delete(entry.path, entry.session)) is False:  # its session was gone
+            yield from drop_old(entry.path, entry.session, entry.token)  # a session we gave up may keep it
         raise
 
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optio
 from kazoo.client import KazooClient
 
 from . import metrics as _metrics
-from ._engine import Delete, Steps, WaitGate
+from ._engine import Delete, Steps, WaitGate, drop_old
 from .errors import LockError, LockLost
 from .naming import LEASE, READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
@@ -366,11 +366,15 @@ def finish_leave(gate: Gate, left: LeaveResult) -> Steps[None]:
 def release_hold(hold: Any) -> Steps[None]:
     """Delete a hold's node and stop following it. Without a connection, wait for one until the hold is
     declared lost; a session found gone marks the hold lost (its owner is told even this late). A lost
-    hold's node, if its session lives on after all, is deleted when the client reconnects."""
+    hold's node, if its session lives on after all, is deleted when the client reconnects, or now if the
+    client has moved to a new session (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
     hold.releasing = True
     try:
+        # (a Delete in a session other than the hold's deletes nothing and answers False)
         if hold.state != LOST and not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
             hold.mark_lost()
+        if hold.state == LOST:  # its owner told first; then its node, if a session we gave up keeps it
+            yield from drop_old(hold.node, hold.session, hold.token)
     finally:
         hold.close()
         hooks = _metrics.installed

@@ -93,9 +93,19 @@ def _verify(hold: Hold) -> bool:
     return owns(stat, hold.session)
 
 
-def _cleanup(hold: Hold, policy: Optional[tenacity.Retrying]) -> None:
+def _always() -> bool:
+    return True
+
+
+def _cleanup(hold: Hold, policy: Optional[tenacity.Retrying], after_told: Callable[[], bool] = _always) -> None:
     """Delete the node of a hold declared lost while its session lived on, once the session is back
-    (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later)."""
+    (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later); or, once the
+    client has a new session, the node if its old session still keeps it, after ``after_told()`` says
+    the listeners ran (:func:`zkrecipes._engine.drop_old`)."""
+    if _kazoo.session_id(hold.client) not in (None, hold.session):
+        if after_told():
+            _drive.drop_old(hold.client, hold.node, hold.session, hold.token, policy)
+        return
     if _verify(hold):
         _drive.delete(hold.client, hold.node, hold.session, policy)
 
@@ -170,7 +180,8 @@ class ObjectOwner:
         return _verify(hold)
 
     def cleanup(self, hold: Hold) -> None:
-        _cleanup(hold, self.retry)
+        obj = self.ref()
+        _cleanup(hold, self.retry, _always if obj is None else obj._after_told)
 
     def __repr__(self) -> str:
         return f"<ObjectOwner of {self.ref()!r}>"
@@ -333,7 +344,12 @@ class Participant(NamedInit):
         return _verify(hold)
 
     def _cleanup(self, hold: Hold) -> None:
-        _cleanup(hold, self.retry)
+        _cleanup(hold, self.retry, self._after_told)
+
+    def _after_told(self) -> bool:
+        """Return once the listeners told of a change so far have run (the session thread asks); False if
+        they could not be seen to run (then nothing is deleted: the server removes it in time)."""
+        return True
 
     def _certain(self, hold: Hold, what: str) -> Steps[None]:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
@@ -713,7 +729,8 @@ class Lock(Threaded, LockCore):
         thread); the last release deletes our node.
 
         Raises LockError if the calling thread (the object) does not hold the lock. After the hold was lost,
-        release only clears local state: it never deletes a node that may now be someone else's. Without
+        release only clears local state: it never deletes a node that may now be someone else's (only one
+        it has just read as a node of a session this client gave up, see docs/session-loss.rst). Without
         a connection (suspended), release waits for one at most until the hold is declared lost (the
         session timeout); a loss found while releasing is reported (``"lost"``, then ``"idle"``).
         """

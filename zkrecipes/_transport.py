@@ -10,6 +10,7 @@ cancel (thrown in as DeadlinePassed / Cancelled), except a cleanup's.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Set
 
@@ -22,6 +23,8 @@ from . import _engine as e
 from . import _kazoo, retry
 from .errors import ClientClosed
 from .session import SessionWatcher
+
+log = logging.getLogger("zkrecipes.transport")
 
 
 class Reply(NamedTuple):
@@ -213,6 +216,25 @@ class Transport:
             return e.delete_answer(op.path, exc)
         return True
 
+    def _delete_old(self, op: e.DeleteOld) -> Handler:
+        """Read the node, then delete it if it is still ``op.token`` of ``op.session`` while the client is in
+        another session (a cleanup: at most 30 s each, never bounded by the run's deadline or cancel)."""
+        until = time.monotonic() + 30.0
+        try:
+            stat = yield from self._call(lambda: self.client.exists_async(op.path), until, cleanup=True)
+            sid = _kazoo.session_id(self.client)
+            if stat is None or not e.owns(stat, op.session) or stat.czxid != op.token or sid in (None, op.session):
+                return False
+            yield from self._call(lambda: _kazoo.delete_async(self.client, op.path), until, cleanup=True)
+        except NoNodeError:
+            return False
+        except Exception as exc:  # the server still ends that session in time
+            log.info("could not delete %s of our earlier session: %r", op.path, exc)
+            return False
+        log.info("deleted %s: its session 0x%x was ours before this one", op.path, op.session)
+        return True
+
+
     def _write(self, op: e.Write) -> Handler:
         if op.data is None:
             return (yield from self._call(lambda: self.client.delete_async(op.path, op.version)))
@@ -303,6 +325,7 @@ _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.CreateParent: "_create_parent",
     e.Watch: "_watch",
     e.Delete: "_delete",
+    e.DeleteOld: "_delete_old",
     e.WaitGate: "_wait_gate",
     e.Write: "_write",
 }

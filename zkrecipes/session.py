@@ -268,7 +268,8 @@ REVOKE = "revoke-requested"  # told to a hold's listeners, not a state: the hold
 class Hold:
     """One acquired node: ``held``, ``suspended`` or ``lost`` (final). ``verify(hold)`` says whether the node
     is still ours (on reconnection, unless its owner is releasing it: then the delete decides);
-    ``cleanup(hold)`` removes one that outlived a hold declared lost.
+    ``cleanup(hold)`` removes one that outlived a hold declared lost (in its session, or in one the
+    client gave up), after the listeners were told.
     Listeners are told each change on the dispatcher thread (or the caller of :meth:`mark_lost`)."""
 
     __slots__ = (
@@ -458,6 +459,10 @@ class Hold:
         if sid != self.session:
             self._watcher.unsubscribe(self._on_event)
             self._set(LOST)
+            try:  # the client moved to a new session: the old one may live on in the server, with our node
+                self._cleanup(self)
+            except Exception:
+                log.exception("could not remove %s of our earlier session; it goes when that session ends", self.node)
         elif self.state == LOST:
             try:
                 self._cleanup(self)

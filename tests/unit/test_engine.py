@@ -323,6 +323,51 @@ def test_a_waiter_relisting_is_not_refused_by_a_later_exclusive_node():
     assert gen.send(SID) == p.Watch("/p/h-W-0000000001")
 
 
+# -- a session the client gave up (kazoo's test harness does so to simulate an expiry) ----------------
+OLD = 0x999  # an earlier session of this client
+
+
+def test_a_waiter_whose_client_moved_to_a_new_session_drops_its_old_node_then_queues_again():
+    gen = new()
+    start(gen)
+    created(gen, (("/p/h-W-0000000003", stat()), ["h-W-0000000002", "h-W-0000000003"]))
+    assert gen.send(stat(5)) is p.SLEEP
+    assert gen.send(frozenset()) is p.SESSION  # woken by the session's news
+    assert gen.send(OLD + 1) is p.SESSION  # the client has a new session: drop_old asks again
+    assert gen.send(OLD + 1) == p.DeleteOld("/p/h-W-0000000003", SID, 7)  # our node, by its czxid
+    op = gen.send(True)
+    assert isinstance(op, p.CreateAndList) and op.path == "/p/h-W-"  # then queue again, at the back
+
+
+@pytest.mark.parametrize("current", [None, OLD])
+def test_drop_old_asks_nothing_without_a_newer_session(current):
+    gen = p.drop_old("/p/h-W-0000000003", OLD, 7)
+    assert start(gen) is p.SESSION
+    with pytest.raises(StopIteration) as done:  # no connection (a reconnection cleans up), or still that session
+        gen.send(current)
+    assert done.value.value is False
+
+
+def test_drop_old_never_deletes_a_fixed_name_another_client_may_have_made_again():
+    gen = p.drop_old("/p/lock", OLD, 7)  # ExclusiveLock's node: the next holder creates the same name at once
+    assert start(gen) is p.SESSION
+    with pytest.raises(StopIteration) as done:
+        gen.send(OLD + 1)
+    assert done.value.value is False
+
+
+def test_a_deadline_after_the_client_moved_to_a_new_session_drops_the_old_node():
+    gen = new()
+    start(gen)
+    created(gen, (("/p/h-W-0000000003", stat()), ["h-W-0000000002", "h-W-0000000003"]))
+    assert gen.send(stat(5)) is p.SLEEP
+    assert gen.throw(p.DeadlinePassed()) == p.Delete("/p/h-W-0000000003", SID)
+    assert gen.send(False) is p.SESSION  # the session was gone: one of ours the server may still keep?
+    assert gen.send(OLD + 1) == p.DeleteOld("/p/h-W-0000000003", SID, 7)
+    with pytest.raises(p.DeadlinePassed):
+        gen.send(False)
+
+
 # -- a try that writes nothing (issue 38, item 6) -----------------------------------------------------------
 def test_a_try_looks_first_and_a_new_key_is_then_created_as_usual():
     gen = p.acquire("/p", [], "h-W-", b"{}", "guid", predecessor, peek=True)

@@ -244,3 +244,37 @@ def test_reentry_into_a_hold_in_doubt_raises_and_records_nothing(state, stale, t
             enter_on_thread(g, 1, again, True, tolerate=tolerate)
     left = g.leave(1, first)  # the outer release: with no level added by the refusals, it ends the hold
     assert left.last and left.hold is hold and not g.counts and not g.line
+
+
+class ReleasedHold:
+    """Stands for a session.Hold being released: records, in order, what happened to it."""
+
+    def __init__(self, state: str) -> None:
+        self.state, self.node, self.session, self.token, self.releasing = state, "/p/h-W-0000000001", 0x1, 7, False
+        self.events: list = []
+
+    def mark_lost(self) -> None:
+        self.state = "lost"
+        self.events.append("told lost")
+
+    def close(self) -> None:
+        self.events.append("closed")
+
+
+@pytest.mark.parametrize("state", ["held", "lost"])
+def test_releasing_in_a_new_session_tells_the_holder_before_its_old_node_is_dropped(state):
+    from zkrecipes import _engine
+    from zkrecipes._gate import release_hold
+
+    hold = ReleasedHold(state)
+    steps = release_hold(hold)
+    if state == "held":
+        assert isinstance(steps.send(None), _engine.Delete)
+        assert steps.send(False) is _engine.SESSION  # the session was gone (nothing deleted) ...
+        assert hold.events == ["told lost"]  # ... the holder told first
+    else:
+        assert steps.send(None) is _engine.SESSION
+    assert steps.send(0x2) == _engine.DeleteOld(hold.node, 0x1, 7)  # then its node, if the old session keeps it
+    with pytest.raises(StopIteration):
+        steps.send(True)
+    assert hold.events[-1] == "closed" and hold.events.count("told lost") == (1 if state == "held" else 0)

@@ -35,6 +35,7 @@ from ._driver import AioDriver, call_soon
 from .transaction import HeldTransaction
 
 log = logging.getLogger("zkrecipes.aio")
+AFTER_TOLD_WAIT = 5.0  # how long the session thread waits for a busy loop to run the listeners it was handed
 
 # tasks that run an acquire for the task that called it (asyncio.wait_for on Python <= 3.11 and
 # ensure_future run the coroutine in a task of their own): what they acquire belongs to that caller
@@ -132,6 +133,14 @@ class AioFront(Participant):
         if loop is not None:
             call_soon(loop, self._report, hold, state)
 
+    def _after_told(self) -> bool:  # the session thread: the loop runs what _told handed it, in order
+        loop = self._loop
+        if loop is None or _driver.loop_of_thread() is loop:
+            return True
+        ran = threading.Event()
+        call_soon(loop, ran.set)
+        return ran.wait(AFTER_TOLD_WAIT)
+
     async def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         driver = AioDriver(self.client, deadline, self.retry, nowait, self.path)
         self._drivers.add(driver)
@@ -197,8 +206,9 @@ class Lock(AioFront, LockCore):
         """Release one level of the calling task's hold; the last release deletes our node.
 
         Raises LockError if the calling task does not hold the lock. A lost hold is only forgotten
-        locally (its node may be someone else's); without a connection it waits for one at most until
-        the hold is declared lost."""
+        locally (its node may be someone else's) unless its node is read as one of a session this client
+        gave up (then deleted); without a connection it waits for one at most until the hold is declared
+        lost."""
         me = self._current_owner()
         if me is None:
             raise LockError("zkrecipes.aio locks are owned by asyncio tasks: call from within a task")
