@@ -500,8 +500,8 @@ def lose_next_create_reply(client, monkeypatch) -> list:
     real_submit = _kazoo.submit
     outcome: list = []
 
-    def lossy(c, requests):
-        results = real_submit(c, requests)
+    def lossy(c, requests, out=None):
+        results = real_submit(c, requests, out)
         if c is client and not outcome and isinstance(requests[0], Create2):
             try:
                 outcome.append(results[0].get(timeout=10)[0])
