@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import time
 import traceback
 
 from .check import check_trial
@@ -122,18 +123,20 @@ async def _critical(w, impl: str, lock, reg: FencedRegister, token, hold: str, r
         w.rec("no_token", impl=impl, hold=hold)
         return
     await lock.check()
+    checked = time.monotonic()  # kept with the operation: a check that passed before the client heard of a loss
     if impl == "aio-sem":
-        reg.read(None, hold=hold)
+        reg.read(None, hold=hold, checked=checked)
     else:
-        v = reg.read(token, hold=hold, shared=shared)
+        v = reg.read(token, hold=hold, shared=shared, checked=checked)
     await asyncio.sleep(pause)
     await lock.check()
+    checked = time.monotonic()
     if impl == "aio-sem":
-        reg.read(None, hold=hold, shared=True)
+        reg.read(None, hold=hold, shared=True, checked=checked)
     elif shared:
-        reg.read(token, hold=hold, shared=True)
+        reg.read(token, hold=hold, shared=True, checked=checked)
     else:
-        reg.write(token, v + 1, hold=hold)
+        reg.write(token, v + 1, hold=hold, checked=checked)
     w.rec("done", impl=impl, hold=hold)
 
 

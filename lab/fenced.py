@@ -73,15 +73,18 @@ class FencedRegister:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def read(self, token: Optional[int], *, hold: Optional[str] = None, shared: bool = False) -> int:
-        """Return the value, presenting ``token`` (``shared`` for a reader of a read/write lock)."""
-        return self._op("read", token, None, hold, shared)["value"]
+    def read(self, token: Optional[int], *, hold: Optional[str] = None, shared: bool = False,
+             checked: Optional[float] = None) -> int:
+        """Return the value, presenting ``token`` (``shared`` for a reader of a read/write lock). ``checked``:
+        when (monotonic) the holder's ``check()`` before this operation passed, kept in the record."""
+        return self._op("read", token, None, hold, shared, checked)["value"]
 
-    def write(self, token: Optional[int], value: int, *, hold: Optional[str] = None) -> None:
+    def write(self, token: Optional[int], value: int, *, hold: Optional[str] = None,
+              checked: Optional[float] = None) -> None:
         """Store ``value``, presenting ``token`` (always an exclusive operation)."""
         if not isinstance(value, int):
             raise TypeError(f"value must be an int, got {value!r}")
-        self._op("write", token, value, hold, False)
+        self._op("write", token, value, hold, False, checked)
 
     def state(self) -> dict:
         """The last record: ``value``, ``writes`` (accepted writes so far), ``high_x``, ``high_s`` ..."""
@@ -108,7 +111,8 @@ class FencedRegister:
                 return rec
         raise RuntimeError(f"{self.path}: no intact record in the last {n} bytes")
 
-    def _op(self, op: str, token: Optional[int], value: Optional[int], hold: Optional[str], shared: bool) -> dict:
+    def _op(self, op: str, token: Optional[int], value: Optional[int], hold: Optional[str], shared: bool,
+            checked: Optional[float] = None) -> dict:
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise TypeError(f"token must be an int or None, got {token!r}")
         fcntl.flock(self._fd, fcntl.LOCK_EX)
@@ -140,6 +144,8 @@ class FencedRegister:
                 t=time.monotonic(),
                 wall=time.time(),
             )
+            if checked is not None:
+                new["checked"] = checked
             os.write(self._fd, b"\n" + json.dumps(new, separators=(",", ":")).encode())
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)

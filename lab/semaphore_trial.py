@@ -12,7 +12,9 @@ lease can be newer than a valid one), so the register is used unfenced and the c
 (:func:`capacity`): the span of a hold runs from its first to its last accepted register operation, and
 an *accepted overlap* is a hold whose span begins while N others are open (N+1 holders inside at once,
 in the register's own order). *Unsafe overlaps* count holds that presented an operation while N other
-holds were acting (from their grant to their last operation). A grant is *out of order* when a request
+holds were acting (from their grant to their last operation). Operations that raced an instant session
+expiry (:func:`lab.check.expiry_races`: checked before the holder's client could have heard of it; no
+token could stop them) are counted apart, as ``expiry_races``. A grant is *out of order* when a request
 with a lower queue sequence (kazoo: an earlier request) was waiting then and was granted more than
 ``GRANT_SLACK`` later, with no fault meanwhile: with N leases, a node may hold once fewer than N nodes
 are ahead of it, so every waiting node ahead of a new holder may hold too and only noticing it can lag.
@@ -30,8 +32,9 @@ import random
 import threading
 import time
 from collections import defaultdict
+from typing import Optional
 
-from .check import Windows, check_trial
+from .check import Windows, check_trial, expiry_races
 from .fenced import FencedRegister, read_log
 
 LEASES = 3
@@ -46,10 +49,10 @@ def lease_body(w, impl: str, check, reg: FencedRegister, hold: str, rnd, lost_ty
     pause = w.hold_time(rnd)
     try:
         check()
-        reg.read(None, hold=hold)
+        reg.read(None, hold=hold, checked=time.monotonic())  # when the check passed (see capacity)
         time.sleep(pause)
         check()
-        reg.read(None, hold=hold, shared=True)  # "shared": the nemesis aims its faults at enters only
+        reg.read(None, hold=hold, shared=True, checked=time.monotonic())  # "shared": faults aim at enters only
         w.rec("done", impl=impl, hold=hold)
     except lost_types as exc:
         w.rec("check_fail", impl=impl, hold=hold, error=f"{type(exc).__name__}: {exc}")
@@ -164,7 +167,7 @@ def loop_kazoo(w, client, paths, rnd) -> None:
 
 
 # -- the checker side ------------------------------------------------------------------------------------
-def _events(path: str, impl: str) -> list:
+def _events(path: str, impl: Optional[str]) -> list:
     out = []
     for p in sorted(glob.glob(os.path.join(path, "w-*.jsonl"))):
         with open(p, "rb") as f:
@@ -173,7 +176,7 @@ def _events(path: str, impl: str) -> list:
                     e = json.loads(line)
                 except ValueError:
                     continue  # cut short by SIGKILL
-                if e.get("impl") == impl:
+                if impl is None or e.get("impl") == impl:
                     out.append(e)
     out.sort(key=lambda e: e["t"])
     return out
@@ -191,14 +194,26 @@ def capacity(path: str, res: dict, impl: str, n: int) -> None:
     totals, rows = r["totals"], r["rows"]
     for row in rows.values():
         row["accepted_overlaps"] = row["unsafe"] = 0
-    totals["findings"] = [f for f in totals["findings"] if f["what"] not in ("accepted overlap", "unsafe overlap")]
+    totals["findings"] = [f for f in totals["findings"]
+                          if f["what"] not in ("accepted overlap", "unsafe overlap", "raced an instant expiry")]
 
     def row(t: float) -> dict:
         return rows.setdefault(win.kind(t), {"accepted_overlaps": 0, "unsafe": 0})
 
-    events = _events(path, impl)
+    everything = _events(path, None)
+    events = [e for e in everything if e.get("impl") == impl]
     grants = {e["hold"]: e["t"] for e in events if e["ev"] == "grant"}
+    sessions = {e["hold"]: e.get("session") for e in events if e["ev"] == "grant"}
     log, _ = read_log(os.path.join(path, f"register-{impl}.jsonl"))
+    # an operation that raced an instant expiry is counted apart (see lab.check.expiry_races): no token can
+    # stop a lease holder whose check passed before its client heard that its session had ended
+    is_raced = expiry_races(res["faults"], everything)
+    raced = [rec for rec in log if rec.get("hold") in grants and is_raced(rec, sessions[rec["hold"]])]
+    for rec in raced:
+        totals["findings"].append({"what": "raced an instant expiry", "t": rec["t"], "hold": rec["hold"],
+                                   "checked": rec.get("checked"), "accepted": rec["ok"]})
+    totals["expiry_races"] = len(raced)
+    log = [rec for rec in log if rec["seq"] not in {r["seq"] for r in raced}]
     accepted = [rec for rec in log if rec["ok"] and rec.get("hold")]
     spans: dict = {}
     for i, rec in enumerate(accepted):

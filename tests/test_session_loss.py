@@ -6,13 +6,16 @@ leader, and a waiter whose session expires. Clients use 3-4 s sessions and recon
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
 import pytest
+from kazoo.protocol.states import KazooState
 from lockhelpers import FAST_RECONNECT, RECIPES, Acquirer, StateLog, children, wait_until
 
-from zkrecipes import FairLock, LeaderElection, LockLost, ReadWriteLock
+from zkrecipes import FairLock, LeaderElection, LockLost, ReadWriteLock, Semaphore, aio
+from zkrecipes.session import SessionWatcher
 from zkrecipes.testing import Partition, expire_session
 
 
@@ -118,6 +121,64 @@ def test_cut_past_the_session_timeout_is_suspended_then_lost(zk_factory, partiti
     assert log.states.count("lost") == 1 and "held" not in log.states[k:]
     assert rival_client.exists(node) is None or recipe == "exclusive"
     rival.release()
+
+
+@pytest.mark.parametrize("front", ["threads", "asyncio"])
+@pytest.mark.parametrize("fault", ["expiry", "cut"])
+def test_a_lease_check_refuses_once_kazoo_knows_before_the_dispatcher_tells(zk_factory, partition, fault, front):
+    """A semaphore's lease has no fencing token: its holder's ``check()`` is all that stops it acting once
+    ZooKeeper may have given the lease away. It must refuse as soon as kazoo has seen the connection go or
+    a new session, not a thread hop later when the session dispatcher tells the hold (the safety lab saw
+    a lease holder act in that hop under load). The dispatcher is kept busy here, so only the check's own
+    look at kazoo can refuse."""
+    client = zk_factory(hosts=partition.hosts, timeout=3.0, connection_retry=FAST_RECONNECT)
+    path = f"/lease-hop-{fault}-{front}"
+    busy, go, gone = threading.Event(), threading.Event(), threading.Event()
+    client.add_listener(lambda state: gone.set() if state != KazooState.CONNECTED else None)
+
+    def block() -> None:  # run on the dispatcher thread: it tells nobody anything until go is set
+        busy.set()
+        go.wait(20)
+
+    def fault_and_wait() -> None:
+        SessionWatcher.of(client).post(block)
+        assert busy.wait(5)
+        if fault == "expiry":
+            expire_session(client)  # returns with kazoo on a new session
+        else:
+            partition.cut()
+            assert gone.wait(5)  # kazoo's thread has seen the link go
+
+    if front == "threads":
+        sem = Semaphore(client, path, 2)
+        log = StateLog(sem)
+        assert sem.acquire(timeout=10)
+        try:
+            fault_and_wait()
+            assert log.states[-1] == "held"  # the hold was told nothing yet
+            with pytest.raises(LockLost):
+                sem.check()
+        finally:
+            go.set()
+            partition.heal()
+        sem.release()
+        return
+
+    async def main() -> None:
+        sem = aio.Semaphore(client, path, 2)
+        log = StateLog(sem)
+        assert await sem.acquire(timeout=10)
+        try:
+            await asyncio.to_thread(fault_and_wait)
+            assert log.states[-1] == "held"  # the hold was told nothing yet
+            with pytest.raises(LockLost):
+                await sem.check()
+        finally:
+            go.set()
+            partition.heal()
+        await sem.release()
+
+    asyncio.run(main())
 
 
 @pytest.mark.parametrize("recipe", ["fair", "exclusive", "rw-read"])

@@ -343,15 +343,20 @@ class Hold:
         self._watcher.post(lambda: self._on_event(CONNECTED))
 
     def in_doubt(self) -> bool:
-        """Read the doubt clock now, without waiting for the dispatcher: mark the hold lost if the lost
-        deadline has passed; True if lost or past the in-doubt moment (replies overdue)."""
-        d = self._watcher.lost_by()
-        if d is None or self.released:
+        """Read the doubt clock and kazoo's own connection state now, without waiting for the dispatcher
+        (its news comes a thread hop later, too late for a holder about to act): mark the hold lost if the
+        lost deadline has passed or kazoo has another session already; True if lost, past the in-doubt
+        moment (replies overdue) or without a live connection as kazoo sees it."""
+        if self.released:
             return self.state == LOST
+        sid = session_id(self.client)
+        if sid is not None and sid != self.session:
+            self._set(LOST)  # a new session: ours ended (the dispatcher says so too, later)
+        d = self._watcher.lost_by()
         now = time.monotonic()
-        if now >= d[1]:
+        if d is not None and now >= d[1]:
             self._set(LOST)
-        return self.state == LOST or now >= d[0]
+        return self.state == LOST or sid is None or (d is not None and now >= d[0])
 
     def stale(self) -> bool:
         """True while held but not confirmed since the process stood still (see the module docstring)."""

@@ -79,3 +79,27 @@ def test_suspension_past_the_session_timeout_while_releasing_is_still_a_loss():
     h._watcher.emit(SUSPENDED)  # type: ignore[attr-defined]
     h._watcher.emit(LOST)  # type: ignore[attr-defined]
     assert h.state == LOST
+
+
+def test_a_check_sees_a_dropped_connection_before_the_dispatcher_does():
+    # kazoo's thread has seen the connection drop (its _state is set before any listener runs) but the
+    # dispatcher has not told the hold yet: a check made now must already refuse (the lab saw a holder act
+    # in that thread hop while a waiter was granted the freed lease)
+    from zkrecipes._gate import in_doubt
+
+    h = hold(node_is_ours=True)
+    h.client._state = KeeperState.CONNECTING  # type: ignore[misc]
+    assert h.state == HELD  # nobody told the hold
+    assert in_doubt(h, tolerate_suspended=False) == "uncertain: connection suspended"
+    assert in_doubt(h, tolerate_suspended=True) is None  # a drop alone is what tolerate_suspended tolerates
+    h.client._state = KeeperState.CONNECTED  # type: ignore[misc]
+    assert in_doubt(h, tolerate_suspended=False) is None
+
+
+def test_a_check_sees_a_new_session_before_the_dispatcher_does():
+    from zkrecipes._gate import in_doubt
+
+    h = hold(node_is_ours=True)
+    h.client._session_id = SID + 1  # type: ignore[misc]  # kazoo reconnected with a new session: ours expired
+    assert in_doubt(h, tolerate_suspended=True) == "lost: the session ended"
+    assert h.state == LOST

@@ -37,10 +37,12 @@ class Trial:
         self.ev(t1, pid, "release_start", impl, hold=hold)
         self.ev(t1, pid, "release", impl, hold=hold)
 
-    def op(self, impl: str, t: float, hold: str, pid: int, shared: bool = False) -> None:
+    def op(self, impl: str, t: float, hold: str, pid: int, shared: bool = False, checked=None, ok=True) -> None:
         self.seq += 1
-        rec = {"seq": self.seq, "op": "read", "ok": True, "token": None, "shared": shared, "hold": hold, "pid": pid,
+        rec = {"seq": self.seq, "op": "read", "ok": ok, "token": None, "shared": shared, "hold": hold, "pid": pid,
                "t": t, "value": 0, "writes": 0, "seen": 0, "arg": None}
+        if checked is not None:
+            rec["checked"] = checked
         with open(os.path.join(self.path, f"register-{impl}.jsonl"), "a") as f:
             f.write("\n" + json.dumps(rec))
 
@@ -152,3 +154,59 @@ def test_an_expiry_needs_a_notice_only_from_a_hold_it_struck(tmp_path):
         t = r["totals"]
         assert (t["notices_needed"], t["notices_got"]) == (needed, 0), release_at
         assert r["rows"]["session-expiry"]["hits"] == needed, release_at  # a hit is a hold the fault struck
+
+
+def _expired_leaseholder(tmp_path, monkeypatch, heard_at: float) -> dict:
+    """A 2-lease semaphore: a (pid 1) and b inside; the nemesis expires a's session at once (1.40-1.45) and
+    c is granted the freed lease (1.46); a's check passes at 1.47 and it leaves at 1.48; a's client hears
+    of the expiry (kazoo's SUSPENDED) at ``heard_at``."""
+    tmp_path.mkdir()
+    tr = Trial(tmp_path, ["sem"], faults=[("session-expiry", 1.40, 1.45, 1)])
+    monkeypatch.setitem(semaphore_trial.CAPACITY, "sem", 2)
+    tr.hold("sem", 1, "a", 0.9, 1.5)
+    tr.hold("sem", 2, "b", 0.95, 2.15)
+    tr.hold("sem", 3, "c", 1.46, 2.3)
+    tr.ev(heard_at, 1, "zk_state", None, state="SUSPENDED")
+    tr.op("sem", 1.0, "a", 1, checked=0.99)
+    tr.op("sem", 1.1, "b", 2)
+    tr.op("sem", 1.465, "c", 3)
+    tr.op("sem", 1.48, "a", 1, shared=True, checked=1.47)
+    tr.op("sem", 2.1, "b", 2, shared=True)
+    tr.op("sem", 2.2, "c", 3, shared=True)
+    return semaphore_trial.check(tr.path)["impls"]["sem"]["totals"]
+
+
+def test_a_lease_holder_acting_before_its_client_could_hear_of_an_instant_expiry_is_a_race(tmp_path, monkeypatch):
+    """The lab's session-expiry ends a session server-side with no silence first: ZooKeeper frees the lease
+    and grants it no later than it tells the holder's client. A holder whose check passed before its client
+    heard anything acts on a lease that is gone, and for N leases no token can stop it: counted as a race,
+    not an overlap. Once its client has heard, a check that passes is a holder not told in time: it counts."""
+    raced = _expired_leaseholder(tmp_path / "raced", monkeypatch, heard_at=1.49)
+    assert (raced["accepted_overlaps"], raced["unsafe"], raced["expiry_races"]) == (0, 0, 1), raced["findings"]
+    told_late = _expired_leaseholder(tmp_path / "late", monkeypatch, heard_at=1.465)
+    assert told_late["accepted_overlaps"] == 1 and told_late["unsafe"] >= 1, told_late["findings"]
+    assert told_late["expiry_races"] == 0
+    unheard = _expired_leaseholder(tmp_path / "unheard", monkeypatch, heard_at=0.5)  # no sign after the fault
+    assert unheard["accepted_overlaps"] == 1 and unheard["expiry_races"] == 0
+
+
+def test_a_lock_holder_racing_an_instant_expiry_is_no_unsafe_overlap_but_fencing_must_still_refuse(tmp_path):
+    """The same race for a fenced lock: the stale operation is rejected by the register (no accepted
+    overlap, no false rejection) and counted as a race instead of an unsafe overlap; accepted, it is still
+    an accepted overlap."""
+    from lab.check import check_trial
+
+    for heard_at, ok, expect in ((1.49, False, (0, 0, 1)), (1.465, False, (0, 1, 0)), (1.49, True, (1, 0, 1))):
+        d = tmp_path / f"h{heard_at}-{ok}"
+        d.mkdir()
+        tr = Trial(d, ["fair"], faults=[("session-expiry", 1.40, 1.45, 1)])
+        tr.hold("fair", 1, "a", 0.9, 1.5, seq=1)
+        tr.hold("fair", 2, "c", 1.46, 2.3, seq=2)
+        tr.ev(heard_at, 1, "zk_state", None, state="SUSPENDED")
+        tr.op("fair", 1.0, "a", 1, checked=0.99)
+        tr.op("fair", 1.465, "c", 2)
+        tr.op("fair", 1.48, "a", 1, checked=1.47, ok=ok)
+        tr.op("fair", 2.2, "c", 2)
+        t = check_trial(str(d))["impls"]["fair"]["totals"]
+        assert (t["accepted_overlaps"], t["unsafe"], t["expiry_races"]) == expect, (heard_at, ok, t["findings"])
+        assert t["false_rejections"] == 0
