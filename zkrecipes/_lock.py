@@ -77,7 +77,9 @@ def _confirm(hold: Hold) -> Steps[Optional[Exception]]:
         return None
     asked = yield NOW
     try:
-        ok = owns((yield Read("exists", hold.node, once=True)), hold.session)
+        # synced: our session may have expired while we stood still; a follower that has not applied that
+        # yet would still show our node (ZooKeeper reads are not linearizable)
+        ok = owns((yield Read("exists", hold.node, once=True, synced=True)), hold.session)
     except (NoNodeError, SessionExpiredError):
         ok = False
     except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet

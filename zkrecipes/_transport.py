@@ -154,12 +154,21 @@ class Transport:
         return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     def _read(self, op: e.Read) -> Handler:
-        start = getattr(self.client, op.kind + "_async")
+        read = getattr(self.client, op.kind + "_async")
+        synced: List[Any] = []
+
+        def start() -> Any:
+            if op.synced:  # answered before the read, in order: the read sees all committed before the sync
+                synced[:] = [self.client.sync_async(op.path.rsplit("/", 1)[0] or "/")]
+            return read(op.path)
+
         if not op.once:
-            return (yield from self._call(lambda: start(op.path)))
+            return (yield from self._call(start))
         until = time.monotonic() + _kazoo.session_timeout(self.client)  # (the run's deadline is the driver's)
-        ar = start(op.path)
+        ar = start()
         yield Reply(ar, until)
+        for done in synced:
+            done.get(block=False)  # a failed sync (the session expired) says more than the read after it
         return ar.get(block=False)
 
     def _read_all(self, op: e.ReadAll) -> Handler:

@@ -377,6 +377,9 @@ class Hold:
             ok = stat is not None and stat.ephemeralOwner == self.session
             self._watcher.post(lambda: self.confirmed(ok, asked))
 
+        # a sync first, on the same connection: a follower that has not applied our session's expiry yet must
+        # not confirm the node (ZooKeeper reads are not linearizable; its answer comes before the exists')
+        self.client.sync_async(self.node.rsplit("/", 1)[0] or "/")
         self.client.exists_async(self.node).rawlink(done)
 
     # -- our node's data watch: revoke requests, and a delete by someone else --------------------------
