@@ -343,7 +343,8 @@ class Participant(NamedInit):
         error = yield from _confirm(hold)
         why = in_doubt(hold, self.tolerate_suspended)
         if why is not None:
-            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}" + (f" ({error})" if error else "")) from error
+            said = f" ({error!r})" if error else ""  # repr: a timeout's str() is empty
+            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}{said}") from error
 
     def _fence_hold(self) -> Hold:
         """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""

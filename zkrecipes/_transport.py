@@ -166,9 +166,10 @@ class Transport:
             return (yield from self._call(start))
         until = time.monotonic() + _kazoo.session_timeout(self.client)  # (the run's deadline is the driver's)
         ar = start()
-        yield Reply(ar, until)
-        for done in synced:
+        for done in synced:  # kazoo completes a sync's result on its callback thread: maybe after the read's
+            yield Reply(done, until)
             done.get(block=False)  # a failed sync (the session expired) says more than the read after it
+        yield Reply(ar, until)
         return ar.get(block=False)
 
     def _read_all(self, op: e.ReadAll) -> Handler:
