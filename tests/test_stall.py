@@ -182,3 +182,44 @@ def test_waiter_frozen_while_granted_never_holds_a_node_of_its_expired_session(
     seen = json.loads(line)
     assert seen == {"got": True, "ours": True, "held": True}, seen  # queued again with its new session
     assert proc.wait(30) == 0
+
+
+def _record_requests(client) -> list:
+    """The kind and path of every request kazoo queues on ``client`` from now on (kazoo's ``_call``)."""
+    sent: list = []
+    call = client._call
+
+    def spy(request, async_object):
+        sent.append((type(request).__name__, request.path))
+        return call(request, async_object)
+
+    client._call = spy
+    return sent
+
+
+@pytest.mark.parametrize("path", ["check", "session thread"])
+def test_a_stall_is_confirmed_by_a_read_synced_first(zk, path):
+    """After a stall the session may have expired, and the hold's server (a follower) may not have applied
+    that yet: a plain read there would still show the node ours (a frozen process trusting a hold the
+    server gave away; seen under load behind docker-proxy). The confirming read is pipelined after a sync
+    of the node's parent on the same connection, by check() and by the session thread alike."""
+    from zkrecipes.session import STALLED, SessionWatcher
+
+    lock = FairLock(zk, "/synced")
+    assert lock.acquire(timeout=10)
+    sent = _record_requests(zk)
+    try:
+        watcher = SessionWatcher.of(zk)
+        watcher.stalled_at = time.monotonic()  # the process stood still, noticed just now
+        assert not lock.is_held  # unconfirmed
+        if path == "check":
+            lock.check()
+        else:
+            watcher._emit(STALLED)  # what the session thread does when it notices the stall
+        wait_until(lambda: lock.is_held, 10, "the hold confirmed")
+        node = (zk.chroot or "") + lock.node
+        reads = [r for r in sent if r[0] in ("Sync", "Exists")]
+        assert reads[:2] == [("Sync", node.rsplit("/", 1)[0]), ("Exists", node)], sent
+    finally:
+        del zk._call
+        lock.release()

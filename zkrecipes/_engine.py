@@ -76,11 +76,15 @@ class CreateAndList(NamedTuple):
 class Read(NamedTuple):
     """An idempotent read, retried on transient errors: kazoo's ``<kind>_async(path)`` for ``kind`` in
     ``get_children``, ``get``, ``exists``, ``sync``. With ``once``: one attempt, bounded by the session
-    timeout and the deadline (a check of what we hold: its error is the answer, not a reason to wait)."""
+    timeout and the deadline (a check of what we hold: its error is the answer, not a reason to wait).
+    With ``synced``: a ``sync`` of the parent is pipelined before it on the same connection (no extra round
+    trip), so the read sees every write committed before it was sent -- a follower that has not yet applied
+    our session's expiry cannot say a node of that session is still there."""
 
     kind: str
     path: str
     once: bool = False
+    synced: bool = False
 
 
 class ReadAll(NamedTuple):
@@ -279,7 +283,8 @@ def acquire(
                     continue
             found = rule(ahead, entry.node)
             if not found:  # None, or no blockers (a QueueNode is a non-empty tuple)
-                if (confirm or (waited and (yield STALE))) and not (yield from _confirm(entry)):
+                stale = bool(waited and (yield STALE))
+                if (confirm or stale) and not (yield from _confirm(entry, synced=stale)):
                     entry = None
                     continue
                 return entry
@@ -358,10 +363,11 @@ def _ahead(parent: str, entry: Entry, fmt: NodeFormat) -> Steps[Optional[List[Qu
     return ahead if seen else None
 
 
-def _confirm(entry: Entry) -> Steps[bool]:
-    """Read our node back: True if it exists and belongs to our current session."""
+def _confirm(entry: Entry, synced: bool = False) -> Steps[bool]:
+    """Read our node back: True if it exists and belongs to our current session. ``synced`` after a stall:
+    the session may have expired meanwhile, and a lagging follower must not say otherwise."""
     try:
-        stat, sid = yield from in_session(Read("exists", entry.path))
+        stat, sid = yield from in_session(Read("exists", entry.path, synced=synced))
     except SessionExpiredError:
         return False
     return owns(stat, entry.session) and sid == entry.session

@@ -77,7 +77,9 @@ def _confirm(hold: Hold) -> Steps[Optional[Exception]]:
         return None
     asked = yield NOW
     try:
-        ok = owns((yield Read("exists", hold.node, once=True)), hold.session)
+        # synced: our session may have expired while we stood still; a follower that has not applied that
+        # yet would still show our node (ZooKeeper reads are not linearizable)
+        ok = owns((yield Read("exists", hold.node, once=True, synced=True)), hold.session)
     except (NoNodeError, SessionExpiredError):
         ok = False
     except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
@@ -357,7 +359,8 @@ class Participant(NamedInit):
         error = yield from _confirm(hold)
         why = in_doubt(hold, self.tolerate_suspended)
         if why is not None:
-            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}" + (f" ({error})" if error else "")) from error
+            said = f" ({error!r})" if error else ""  # repr: a timeout's str() is empty
+            raise LockLost(f"{self.path}: {what} ({hold.node}) is {why}{said}") from error
 
     def _fence_hold(self) -> Hold:
         """The hold a transaction is fenced by; raises if there is none (each recipe says how)."""

@@ -157,11 +157,21 @@ class Transport:
         return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     def _read(self, op: e.Read) -> Handler:
-        start = getattr(self.client, op.kind + "_async")
+        read = getattr(self.client, op.kind + "_async")
+        synced: List[Any] = []
+
+        def start() -> Any:
+            if op.synced:  # answered before the read, in order: the read sees all committed before the sync
+                synced[:] = [self.client.sync_async(op.path.rsplit("/", 1)[0] or "/")]
+            return read(op.path)
+
         if not op.once:
-            return (yield from self._call(lambda: start(op.path)))
+            return (yield from self._call(start))
         until = time.monotonic() + _kazoo.session_timeout(self.client)  # (the run's deadline is the driver's)
-        ar = start(op.path)
+        ar = start()
+        for done in synced:  # kazoo completes a sync's result on its callback thread: maybe after the read's
+            yield Reply(done, until)
+            done.get(block=False)  # a failed sync (the session expired) says more than the read after it
         yield Reply(ar, until)
         return ar.get(block=False)
 

@@ -96,6 +96,9 @@ class SessionWatcher:
             self._subs.add(fn)
             self._subscribed += 1  # brief holds between two ticks keep the dispatcher too
             if self._thread is None:  # cleared by the thread itself as it ends, and in a forked child
+                # until the new thread first waits: the process frozen before then is a stall too (a hold made
+                # just before a SIGSTOP starts the thread; stalled_since() and the thread's first look see it)
+                self._wake_by = time.monotonic() + _TICK
                 self._thread = threading.Thread(target=self._run, name="zkrecipes-session", daemon=True)
                 self._thread.start()
 
@@ -190,6 +193,16 @@ class SessionWatcher:
                 if self._thread is threading.current_thread():
                     self._thread = None
 
+    def _noticed(self, now: float, overrun_at: float) -> None:
+        """The dispatcher saw an overrun past ``overrun_at``: note it, unless stalled_since() already noticed
+        this same overrun (a hold confirmed since then must not turn stale again)."""
+        if self.stalled_at <= overrun_at:
+            self.stalled_at = now
+
+    def _tell_stall(self, stood: float) -> None:
+        log.warning("the process stood still for %.1f s: holds must be confirmed", stood)
+        self._emit(STALLED)
+
     def _loop(self) -> None:
         idle_since = time.monotonic()
         subscribed = -1
@@ -199,6 +212,10 @@ class SessionWatcher:
             if next_look is not None:
                 wait = max(0.0, min(wait, next_look - time.monotonic()))
             started = time.monotonic()
+            starting = self._wake_by  # set by subscribe() until this thread first waits, else None
+            if starting is not None and started > starting + self.stall_limit:
+                self._noticed(started, starting + self.stall_limit)
+                self._tell_stall(started - starting)
             self._wake_by = started + wait
             try:
                 state, sid = self._events.get(timeout=wait)
@@ -206,14 +223,11 @@ class SessionWatcher:
                 state = None
             now = time.monotonic()
             stalled = now - started > wait + self.stall_limit
-            if stalled and self.stalled_at <= started + wait + self.stall_limit:
-                # before _wake_by is cleared: stalled_since() never misses it; a notice of this same overrun by
-                # stalled_since() is kept (a hold confirmed since then must not turn stale again)
-                self.stalled_at = now
+            if stalled:  # before _wake_by is cleared: stalled_since() never misses it
+                self._noticed(now, started + wait + self.stall_limit)
             self._wake_by = None
             if stalled:
-                log.warning("the process stood still for %.1f s: holds must be confirmed", now - started - wait)
-                self._emit(STALLED)
+                self._tell_stall(now - started - wait)
             if callable(state):
                 try:
                     state()
@@ -253,7 +267,7 @@ class SessionWatcher:
 
 def _forget_threads() -> None:  # in a forked child no dispatcher thread runs
     for w in list(SessionWatcher._registry.values()):
-        w._thread = None
+        w._thread = w._wake_by = None
         w._lock = threading.Lock()
 
 
@@ -383,6 +397,9 @@ class Hold:
             ok = stat is not None and stat.ephemeralOwner == self.session
             self._watcher.post(lambda: self.confirmed(ok, asked))
 
+        # a sync first, on the same connection: a follower that has not applied our session's expiry yet must
+        # not confirm the node (ZooKeeper reads are not linearizable; its answer comes before the exists')
+        self.client.sync_async(self.node.rsplit("/", 1)[0] or "/")
         self.client.exists_async(self.node).rawlink(done)
 
     # -- our node's data watch: revoke requests, and a delete by someone else --------------------------

@@ -7,7 +7,7 @@ from typing import Any, List
 
 from kazoo.protocol.states import KeeperState
 
-from zkrecipes import _kazoo
+from zkrecipes import _kazoo, session
 from zkrecipes.session import CONNECTED, LOST, OVERDUE, SUSPENDED, SessionWatcher, lost_lead
 
 T = 4.0  # the granted session timeout
@@ -86,3 +86,24 @@ def test_a_stall_noticed_before_the_dispatcher_runs_again_is_covered_by_a_read_s
     asked = time.monotonic()  # the confirming read's send time; it found the node ours
     assert not w.stalled_since(asked)
     assert w.stalled_since(verified)  # a hold not confirmed since the notice stays stale
+
+
+def test_a_process_frozen_before_the_dispatcher_first_waited_is_stalled(monkeypatch):
+    # a hold made just before a SIGSTOP starts the dispatcher thread, which has not waited yet when the process
+    # stands still: the first is_held after the resume must still find the hold unconfirmed (the thread is not
+    # run here: it never got to run before the freeze)
+    class NotRun:
+        def __init__(self, **kwargs: Any) -> None:
+            pass
+
+        def start(self) -> None:
+            pass
+
+    monkeypatch.setattr(session.threading, "Thread", NotRun)
+    _, _, w, _ = watcher(answered_ago=0.1)
+    w.stall_limit = 0.05  # a short limit: the freeze below outlasts the tick and the limit
+    verified = time.monotonic()  # the hold was confirmed when it was made
+    w.subscribe(lambda event: None)
+    assert not w.stalled_since(verified)  # not yet: the thread may still be starting
+    time.sleep(session._TICK + w.stall_limit + 0.05)  # the freeze
+    assert w.stalled_since(verified)
