@@ -436,14 +436,16 @@ class Hold:
 
     def _node_read(self, ar: Any) -> None:
         try:
-            data, _ = ar.get(block=False)
+            data, stat = ar.get(block=False)
         except NoNodeError:
+            stat = None
+        except Exception:  # connection trouble: set again once reconnected (see _on_event)
+            self._follow = 1
+            return
+        if stat is None or stat.czxid != self.token:  # gone, or a new node at our path (ExclusiveLock's)
             if self._mine_still():
                 log.warning("hold %s: its node is gone (broken): lost", self.node)
                 self._set(LOST)
-            return
-        except Exception:  # connection trouble: set again once reconnected (see _on_event)
-            self._follow = 1
             return
         self._follow = 2
         if revoke_marked(data) and self._mine_still() and not self.revoke:
