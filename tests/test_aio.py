@@ -432,6 +432,11 @@ async def main():
     print(json.dumps({"node": holder.node}), flush=True)
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, sys.stdin.readline)  # frozen here; resumed and told to go
+    if sys.argv[4:] == ["settle"]:  # a short stall: kazoo may reconnect first (check() refuses meanwhile)
+        for _ in range(1000):
+            if zk.connected:
+                break
+            await asyncio.sleep(0.01)
     first = held()
     try:
         await holder.check()
@@ -463,7 +468,8 @@ def test_a_stalled_process_distrusts_its_hold_until_zookeeper_confirms(
 
     timeout = 2.0 if frozen_past_expiry else 4.0
     proc = subprocess.Popen([sys.executable, "-c", STALL_CHILD, zk_ensemble.hosts + zk_namespace, recipe,
-                             str(timeout)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                             str(timeout)] + ([] if frozen_past_expiry else ["settle"]),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         node = json.loads(proc.stdout.readline())["node"]
         os.kill(proc.pid, signal.SIGSTOP)

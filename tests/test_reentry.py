@@ -333,6 +333,13 @@ CHILD = textwrap.dedent(
     zk = KazooClient(hosts=hosts, timeout=timeout)
     zk.start(timeout=30)
 
+    def settle():  # a short stall: kazoo may reconnect first (a re-entry refuses meanwhile: suspended)
+        if sys.argv[4:] == ["settle"]:
+            import time
+            until = time.monotonic() + 10
+            while not zk.connected and time.monotonic() < until:
+                time.sleep(0.01)
+
     def outcome(call):
         try:
             return "held" if call() else "missed"
@@ -344,6 +351,7 @@ CHILD = textwrap.dedent(
         assert lock.acquire(timeout=30)
         print(json.dumps({"node": lock.node}), flush=True)
         sys.stdin.readline()  # frozen here; resumed and told to go
+        settle()
         print(json.dumps({"reentry": outcome(lambda: lock.acquire(timeout=5))}), flush=True)
     else:
         async def main():
@@ -351,6 +359,7 @@ CHILD = textwrap.dedent(
             assert await lock.acquire(timeout=30)
             print(json.dumps({"node": lock.node}), flush=True)
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            settle()
             try:
                 got = "held" if await lock.acquire(timeout=5) else "missed"
             except LockLost as exc:
@@ -368,8 +377,9 @@ def test_first_reentry_after_a_stall_asks_zookeeper(zk_ensemble, zk_namespace, z
     """SIGSTOP a holder: resumed after the server expired its session (before its client has heard),
     its first re-entry raises; after a shorter stall ZooKeeper confirms the node and re-entry is granted."""
     timeout = 2.0 if frozen_past_expiry else 4.0
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, zk_ensemble.hosts + zk_namespace, front, str(timeout)],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, zk_ensemble.hosts + zk_namespace, front, str(timeout)]
+                            + ([] if frozen_past_expiry else ["settle"]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
     procs.append(proc)
     line = proc.stdout.readline()
     assert line, f"child failed to take the lock (exit {proc.wait(30)})"
