@@ -23,7 +23,7 @@ for minor in $SUPPORTED; do
   if [ ! -f "$stamp" ]; then
     rm -rf "$venv" && "$py" -m venv "$venv"
     "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
-    "$venv/bin/python" -c 'import zkrecipes, pytest, pure_sasl' && touch "$stamp"
+    "$venv/bin/python" -c 'import zkrecipes, pytest, puresasl' && touch "$stamp"
   fi
   version=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
   echo "== Python $version: ${SUBSET[*]} (-k lean cut)"
