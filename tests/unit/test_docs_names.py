@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import inspect
 import re
 import types
@@ -152,6 +153,8 @@ def test_kazoo_migration_table_names_only_what_zkrecipes_has():
 def test_documented_roles_name_what_exists():
     """``:class:`~zkrecipes.X```, ``:meth:`zkrecipes.X.y```, ... on every page resolve to a zkrecipes name."""
     wrong = [f"{page.name}: {w}" for page in _pages() for w in _unknown_roles(page.read_text())]
+    if importlib.util.find_spec("tooz") is None:  # the tooz extra needs Python 3.11+: its module cannot import
+        wrong = [w for w in wrong if "zkrecipes.tooz." not in w]
     assert not wrong, wrong
 
 
