@@ -4,6 +4,7 @@
     python bench/cpu.py --baseline DIR   # also FairLock from another checkout (before/after), same run
     python bench/cpu.py --instructions 400   # also count calling-thread instructions (valgrind, minutes)
     python bench/cpu.py --smoke --hosts H    # tiny sizes against a running ensemble (tests)
+    python bench/cpu.py --calls 200 --hosts H   # only the Python call counts (deterministic, seconds)
 
 Each contender runs in its own process with its own session: raw kazoo ``create(ephemeral,
 sequential)`` + ``delete``, zkrecipes ``FairLock`` acquire+release (one lock object, reused), and
@@ -16,6 +17,10 @@ that matters is FairLock's calling-thread CPU over raw create+delete's.
 A fourth process measures the hand-off wake path: a waiter blocked in ``FairLock.acquire`` while a
 second session holds the lock; the time from the watch notification reaching the waiter's driver
 (kazoo's event thread) to ``acquire`` returning on the waiting thread, median over ``--handoffs``.
+
+Python calls per op on the calling thread (``sys.setprofile``: every Python-level ``call`` event,
+zkrecipes', kazoo's and the standard library's alike, over ``--calls`` ops after the warm-up) are
+counted for raw create+delete and FairLock (and the baseline): exact, unlike CPU time on a shared machine.
 
 Writes ``cpu.json`` and ``cpu.md`` to ``--out`` (default ``bench/results``).
 """
@@ -39,7 +44,8 @@ FAIR = "zkrecipes FairLock"
 KLOCK = "kazoo Lock"
 IMPLS = (RAW, FAIR, KLOCK)
 BASE = "zkrecipes FairLock, baseline checkout"
-TARGET = 1.3  # FairLock calling-thread CPU / raw create+delete, issue 11
+TARGET = 1.15  # FairLock calling-thread CPU / raw create+delete (issue 11: 1.3; issue 40: 1.15)
+CALLS_TARGET = 141  # Python calls per FairLock acquire+release on the calling thread: the pre-engine code's
 WAKE_TARGET_MS = 0.2
 
 
@@ -172,6 +178,49 @@ def count_ops(impl: str, hosts: str, root: str, ops: int, baseline: str | None =
     client.close()
 
 
+def count_calls(impl: str, hosts: str, root: str, ops: int, baseline: str | None = None) -> None:
+    """Print the Python calls per op on the calling thread (``sys.setprofile``'s ``call`` events; C
+    functions are not counted) over ``ops`` operations after a warm-up."""
+    if baseline:
+        sys.path.insert(0, baseline)
+    client = _client(hosts)
+    op = _op(FAIR if baseline else impl, client, f"{root}/{uuid.uuid4().hex[:8]}")
+    for _ in range(20):
+        op()
+    calls = 0
+
+    def profile(frame, event, arg) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    sys.setprofile(profile)  # this thread only: kazoo's threads started before it
+    try:
+        for _ in range(ops):
+            op()
+    finally:
+        sys.setprofile(None)
+    print(json.dumps({"calls_per_op": calls / ops}), flush=True)
+    client.stop()
+    client.close()
+
+
+def calls(hosts: str, ops: int, baseline: str | None, log=print) -> dict:
+    """Python calls per op on the calling thread, per contender (each in its own process)."""
+    root = f"/zkrecipes-bench-cpu/{uuid.uuid4().hex[:12]}"
+    rows = {}
+    for impl in (RAW, FAIR) + ((BASE,) if baseline else ()):
+        extra = ["--baseline", baseline] if impl == BASE and baseline else []
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--worker", impl, "--count-calls",
+                               str(ops), "--hosts", hosts, "--root", root, *extra],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise RuntimeError(f"{impl} call count failed: {done.stderr[-2000:]}")
+        rows[impl] = json.loads(done.stdout.strip().splitlines()[-1])["calls_per_op"]
+        log(f"[cpu] {impl}: {rows[impl]:.1f} Python calls per op on the calling thread")
+    return {"ops": ops, "per_op": rows}
+
+
 def _main_thread_ir(impl: str, hosts: str, root: str, ops: int, baseline: str | None) -> int:
     """Instructions executed by the calling thread of a worker doing ``ops`` operations (callgrind)."""
     import glob
@@ -289,6 +338,12 @@ def markdown(result: dict) -> str:
         f"per block {min(rb):.2f}-{max(rb):.2f}), process CPU {result['ratio_process']:.2f}x, "
         f"wall {result['ratio_wall']:.2f}x.",
         *(
+            [f"Python calls per op on the calling thread ({result['calls']['ops']} ops): "
+             + ", ".join(f"{k} {v:.0f}" for k, v in result["calls"]["per_op"].items())
+             + f" (FairLock target <= {CALLS_TARGET})."]
+            if result.get("calls") else []
+        ),
+        *(
             [f"Calling-thread instructions per op (callgrind, {result['instructions']['ops']} ops): "
              + ", ".join(f"{k} {v / 1000:.0f}k" for k, v in result["instructions"]["per_op"].items())
              + f"; FairLock / raw {result['instructions']['ratio']:.2f}x."]
@@ -318,8 +373,16 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", help="also run FairLock from this checkout (e.g. a git worktree of main)")
     ap.add_argument("--instructions", type=int, metavar="OPS",
                     help="also count calling-thread instructions per op over OPS ops (valgrind; minutes)")
+    ap.add_argument("--calls", type=int, default=200, metavar="OPS",
+                    help="Python calls per op on the calling thread, counted over OPS ops (default 200; "
+                         "0: not counted); with --calls-only nothing else is measured")
+    ap.add_argument("--calls-only", action="store_true", help="only count the calls (needs --hosts)")
     ap.add_argument("--count-ops", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--count-calls", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.worker and args.count_calls is not None:
+        count_calls(args.worker, args.hosts, args.root, args.count_calls, args.baseline)
+        return 0
     if args.worker and args.count_ops is not None:
         count_ops(args.worker, args.hosts, args.root, args.count_ops, args.baseline)
         return 0
@@ -329,8 +392,15 @@ def main(argv=None) -> int:
     if args.wake:
         wake_worker(args.hosts, args.root, args.handoffs)
         return 0
+    if args.calls_only:
+        if not args.hosts or args.calls <= 0:
+            ap.error("--calls-only needs --hosts and --calls OPS > 0")
+        baseline = os.path.abspath(args.baseline) if args.baseline else None
+        counted = calls(args.hosts, args.calls, baseline, lambda s: print(s, file=sys.stderr, flush=True))
+        print(json.dumps(counted["per_op"]))
+        return 0
     if args.smoke:
-        args.rounds, args.ops, args.handoffs = 2, 5, 3
+        args.rounds, args.ops, args.handoffs, args.calls = 2, 5, 3, min(args.calls, 5)
     cfg = {"rounds": args.rounds, "ops": args.ops, "handoffs": args.handoffs, "pin": args.pin}
     if args.pin is not None:
         os.environ["ZKRECIPES_BENCH_PIN"] = str(args.pin)
@@ -349,6 +419,8 @@ def main(argv=None) -> int:
             hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
         baseline = os.path.abspath(args.baseline) if args.baseline else None
         result = measure(hosts, args.rounds, args.ops, args.handoffs, log, baseline)
+        if args.calls > 0:
+            result["calls"] = calls(hosts, args.calls, baseline, log)
         if args.instructions:
             result["instructions"] = instructions(hosts, args.instructions, baseline, log)
     finally:
@@ -367,6 +439,11 @@ def main(argv=None) -> int:
          "limit": f"<= {WAKE_TARGET_MS}", "measured": result["wake_ms_median"],
          "met": result["wake_ms_median"] <= WAKE_TARGET_MS},
     ]
+    if result.get("calls"):
+        fair_calls = result["calls"]["per_op"][FAIR]
+        result["targets"].append(
+            {"target": "Python calls per uncontended FairLock acquire+release on the calling thread",
+             "limit": f"<= {CALLS_TARGET}", "measured": fair_calls, "met": fair_calls <= CALLS_TARGET})
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "cpu.json"), "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)

@@ -63,14 +63,11 @@ class Driver(Transport):
                 wait = waits.throw(error) if error is not None else next(waits)
             except StopIteration as stop:
                 return stop.value  # type: ignore[no-any-return]
-            error = self._outcome(wait)
-
-    def _outcome(self, wait: Any) -> Optional[BaseException]:
-        try:
-            self._wait(wait)
-        except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
-            return exc
-        return None
+            try:
+                self._wait(wait)
+                error = None
+            except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
+                error = exc
 
     def _wait(self, w: Any) -> None:
         if type(w) is Reply:
