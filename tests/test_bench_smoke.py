@@ -163,8 +163,11 @@ def test_cpu_bench_smoke(zk_ensemble, tmp_path):
     for r in res["rows"].values():
         assert r["thread_us"] > 0 and r["process_us"] >= r["thread_us"] * 0.99 and r["wall_ms"] > 0
     assert res["ratio_thread"] > 0 and len(res["wake_ms"]) == res["config"]["handoffs"]
-    assert [t["measured"] is not None for t in res["targets"]] == [True, True]
-    assert "calling-thread CPU" in (out / "cpu.md").read_text()
+    assert [t["measured"] is not None for t in res["targets"]] == [True, True, True]
+    calls = res["calls"]["per_op"]  # Python calls per op on the calling thread (issue 40)
+    assert calls["zkrecipes FairLock"] > calls["raw kazoo create+delete"] > 0
+    md = (out / "cpu.md").read_text()
+    assert "calling-thread CPU" in md and "Python calls per op" in md
 
 
 def test_contention_bench_smoke(zk_ensemble, tmp_path):
