@@ -191,3 +191,87 @@ def test_leadership_lost_is_told_and_the_next_member_leads(coordinator: Any, zk_
     kinds = [(type(e).__name__, e.member_id) for e in events]
     assert ("LeaderLost", b"a") in kinds and ("LeaderElected", b"b") in kinds, kinds
     assert isinstance([e for e in events if e.member_id == b"a"][0], LeaderLost)
+
+
+def _watch(coord: Any, group: bytes, events: list) -> None:
+    coord.create_group(group).get()
+    coord.watch_elected_as_leader(group, events.append)
+    coord.watch_lost_leadership(group, events.append)
+
+
+def _told(events: list) -> list:
+    return [(type(e).__name__, e.member_id) for e in events]
+
+
+def _until(pred: Any, timeout: float, *coords: Any) -> bool:
+    """Call run_watchers() on ``coords`` until ``pred()`` (tooz tells events only there), up to ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            return False
+        for c in coords:
+            c.run_watchers()
+        time.sleep(0.05)
+    return True
+
+
+def test_a_suspension_that_heals_is_one_term(zk_ensemble: Any, coordinator: Any) -> None:
+    """A connection drop shorter than the session timeout: leadership was in doubt, not lost; tooz is told
+    neither a loss nor a second election."""
+    with Partition(zk_ensemble.hosts) as link:
+        a = coordinator(b"a", hosts=link.hosts, timeout="4")
+        events: list = []
+        _watch(a, b"healed", events)
+        a.run_watchers()
+        assert _told(events) == [("LeaderElected", b"a")]
+        election = a._candidacies[b"healed"].latch.election
+        states: list = []
+        election.add_listener(lambda e, state: states.append(state))
+        link.cut()
+        assert _until(lambda: "suspended" in states, 10)
+        link.heal()
+        assert _until(lambda: election.is_leader, 10)
+        assert states == ["suspended", "leader"]
+        a.run_watchers()
+        assert _told(events) == [("LeaderElected", b"a")], "a healed suspension was told as a new term"
+
+
+def test_leadership_lost_while_cut_off_is_told(zk_ensemble: Any, coordinator: Any) -> None:
+    """A silent partition of the leader past the session timeout: its leadership goes from suspended to lost
+    (one change of the latch's leadership, two of the election's states): LeaderLost is told, the next
+    member is elected, and the old leader campaigns again behind it."""
+    with Partition(zk_ensemble.hosts) as link:
+        a, b = coordinator(b"a", hosts=link.hosts, timeout="4"), coordinator(b"b")
+        events: list = []
+        _watch(a, b"cutoff", events)
+        a.run_watchers()
+        b.watch_elected_as_leader(b"cutoff", events.append)
+        b.run_watchers()
+        assert _told(events) == [("LeaderElected", b"a")]
+        link.freeze()
+        assert _until(lambda: ("LeaderElected", b"b") in _told(events), 30, b)
+        link.heal()
+        assert _until(lambda: a._coord.connected, 30)  # (run_watchers() raises while kazoo reconnects, as tooz's does)
+        assert _until(lambda: ("LeaderLost", b"a") in _told(events), 30, a)
+        assert _told(events).count(("LeaderElected", b"a")) == 1
+        assert b.get_leader(b"cutoff").get() == b"b"
+        assert b.stand_down_group_leader(b"cutoff")  # a campaigned again: it is next
+        assert _until(lambda: _told(events).count(("LeaderElected", b"a")) == 2, 30, a)
+
+
+def test_stand_down_alone_leads_again_in_a_new_term_and_stop_leaves_nothing(coordinator: Any) -> None:
+    a, observer = coordinator(b"a"), coordinator(b"observer")
+    events: list = []
+    _watch(a, b"alone", events)
+    assert not a.stand_down_group_leader(b"other")  # not watched: nothing to stand down from
+    a.run_watchers()
+    candidacy = a._candidacies[b"alone"]
+    first = candidacy.latch.election.token
+    assert first is not None and a.stand_down_group_leader(b"alone")
+    assert _until(lambda: len(events) == 2, 15, a)
+    assert _told(events) == [("LeaderElected", b"a"), ("LeaderElected", b"a")]  # no LeaderLost: it stood down
+    assert candidacy.latch.election.token > first
+    path = candidacy.latch.path
+    a.stop()
+    assert not [t for t in threading.enumerate() if t.name == f"zkrecipes-latch {path}"], "a campaign thread is left"
+    assert observer._coord.get_children(path) == [] and observer.get_leader(b"alone").get() is None

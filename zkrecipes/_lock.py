@@ -803,8 +803,8 @@ class Lock(Threaded, LockCore):
             raise LockTimeout(f"could not acquire {self.path} within {timeout} s")
 
 
-def on_ahead(lock: LockCore, fn: Optional[Callable[[int], None]]) -> None:
+def on_ahead(lock: Participant, fn: Optional[Callable[[int], None]]) -> None:
     """Call ``fn(n)`` on the acquiring thread with how many nodes are ahead of ours each time an acquire of
-    ``lock`` is about to wait: from the lock's own listings, no request or watch of its own (the CLI's
-    ``--progress``)."""
+    ``lock`` (a campaign, for an election) is about to wait: from its own listings, no request or watch of
+    its own (the CLI's ``--progress``; the tooz backend's "queued" for ``run_watchers()``)."""
     lock._seen = fn

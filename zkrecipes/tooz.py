@@ -9,7 +9,7 @@ elections are zkrecipes recipes, in kazoo's node format on tooz's paths, so ``zo
 * locks (:class:`ZkrecipesLock`): a :class:`~zkrecipes.ReadWriteLock` per name, ``acquire(shared=True)``
   on its read side; ``is_still_owner()`` asks ZooKeeper and raises on connection errors; ``break_()``;
   :attr:`ZkrecipesLock.token`, the fencing token.
-* elections: a :class:`~zkrecipes.LeaderElection` per watched group, campaigning in the background from
+* elections: a :class:`~zkrecipes.LeaderLatch` per watched group, campaigning in the background from
   ``watch_elected_as_leader`` on (not only when ``run_watchers()`` polls); a lost leadership is told as
   :class:`LeaderLost` to :meth:`ZkrecipesDriver.watch_lost_leadership` callbacks. As in tooz, callbacks
   run inside ``run_watchers()``.
@@ -29,13 +29,14 @@ from kazoo.exceptions import ConnectionLoss, KazooException
 from tooz import ToozError, coordination, locking, utils
 from tooz.drivers import zookeeper
 
-from . import _engine, _kazoo, formats, naming, rwlock
-from ._lock import predecessor
-from .election import LeaderElection
+from . import _engine, _kazoo, formats, rwlock
+from ._lock import on_ahead
+from .election import CANDIDATE, LEADER, LeaderElection
 from .errors import LockError, LockLost
+from .latch import LeaderLatch
 from .naming import Contender
 from .revoke import break_lock
-from .session import LOST
+from .session import LOST, SUSPENDED
 
 log = logging.getLogger("zkrecipes.tooz")
 
@@ -207,77 +208,53 @@ class LeaderLost(coordination.Event):
         return f"<{self.__class__.__name__}: group {self.group_id!r}: -{self.member_id!r}>"
 
 
-class _Candidate(LeaderElection):
-    """A LeaderElection that tells when a campaign is queued behind others (``queued``)."""
+class _Candidacy:
+    """One watched group's :class:`~zkrecipes.LeaderLatch` (it campaigns in the background, and again after
+    each term) and what tooz is told of it, from the latch's election's states: ``LeaderElected`` once per
+    term (a suspension that heals is the same term), ``LeaderLost`` when a told term is lost."""
 
-    queued: Optional[threading.Event] = None
-
-    def _steps(self) -> Any:
-        prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
-        return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format,
-            seen=self._seen_ahead,
-        )
-
-    def _seen_ahead(self, n: int) -> None:
-        if self.queued is not None:
-            self.queued.set()
-
-
-class _Campaign:
-    """One group's campaign, on a thread of its own, from ``watch_elected_as_leader`` until unwatched or
-    the driver stops: campaign, tell ``LeaderElected``, hold until stood down (campaign again, at the back)
-    or lost (tell ``LeaderLost``, campaign again)."""
-
-    def __init__(self, election: _Candidate, group_id: bytes, member_id: bytes, tell: Any) -> None:
-        self.election = election
+    def __init__(self, client: Any, path: str, identifier: str, group_id: bytes, member_id: bytes, tell: Any) -> None:
+        self._client, self._path, self._identifier = client, path, identifier
         self.group_id, self.member_id = group_id, member_id
         self._tell = tell
-        self.settled = threading.Event()  # queued behind others, or leader
-        self.elected = threading.Event()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        election.queued = self.settled
-        election.add_listener(self._on_state)
-        self._thread = threading.Thread(target=self._run, name=f"zkrecipes-tooz-campaign-{group_id!r}", daemon=True)
-        self._thread.start()
+        self.settled = threading.Event()  # the current campaign leads, or is queued behind another node
+        self.elected = threading.Event()  # the current term was told as LeaderElected
+        self._term: Optional[int] = None  # that term's fencing token
+        self.latch = self._start()
+
+    def _start(self) -> LeaderLatch:
+        latch = LeaderLatch(self._client, self._path, self._identifier, protocol=FORMAT)
+        on_ahead(latch.election, self._queued)
+        latch.election.add_listener(self._on_state)
+        latch.start()
+        return latch
+
+    def _queued(self, ahead: int) -> None:
+        self.settled.set()
 
     def _on_state(self, election: Any, state: str) -> None:
-        if state == LOST:
-            self._wake.set()
-
-    def _run(self) -> None:
-        e = self.election
-        while not self._stop.is_set():
-            self.settled.clear()
-            try:
-                won = e.campaign()
-            except Exception as exc:
-                log.warning("campaign for %s failed, trying again: %s", e.path, exc)
-                self._stop.wait(1.0)
-                continue
-            if not won:
-                continue  # cancelled: stood down or stopping
-            self.elected.set()
+        if state == LEADER:
+            token = election.token
+            if token is not None and token != self._term:  # a new term (not a suspension healed)
+                self._term = token
+                self._tell(coordination.LeaderElected(self.group_id, self.member_id))
+                self.elected.set()
             self.settled.set()
-            self._tell(coordination.LeaderElected(self.group_id, self.member_id))
-            self._wake.wait()  # lost, stood down or stopping
-            self._wake.clear()
+        elif state != SUSPENDED:  # candidate, idle (stood down, closed) or lost: the term is over
             self.elected.clear()
-            if e.lost.is_set():
+            if state == CANDIDATE:
+                self.settled.clear()
+            if state == LOST and self._term is not None:
                 self._tell(LeaderLost(self.group_id, self.member_id))
-            try:
-                e.resign()
-            except Exception as exc:
-                log.warning("resign from %s failed: %s", e.path, exc)
+            self._term = None
 
     def stand_down(self) -> bool:
-        """Resign now if leader (the next candidate leads; we queue again at the back); False if not."""
-        if not self.elected.is_set():
+        """Resign now if leader (the next candidate leads) and campaign again at the back of the queue with a
+        new latch; False if not leader."""
+        if self.latch.election.token is None:
             return False
-        self.elected.clear()
-        self.election.resign()
-        self._wake.set()
+        self.latch.close()
+        self.latch = self._start()
         return True
 
     def settle(self, within: float) -> None:
@@ -285,16 +262,12 @@ class _Campaign:
         shows us at its head, until we are leader."""
         if not self.settled.wait(within) or self.elected.is_set():
             return
-        head = self.election.leader()
-        if head is not None and head.identifier == self.election.identifier:
+        head = self.latch.election.leader()
+        if head is not None and head.identifier == self._identifier:
             self.elected.wait(within)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        self.election.cancel()
-        self._thread.join()
-        self.election.resign()
+        self.latch.close()
 
 
 class ZkrecipesDriver(zookeeper.KazooDriver):
@@ -306,7 +279,7 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
 
     def __init__(self, member_id: bytes, parsed_url: Any, options: Dict[str, Any]) -> None:
         super().__init__(member_id, parsed_url, options)
-        self._campaigns: Dict[bytes, _Campaign] = {}
+        self._candidacies: Dict[bytes, _Candidacy] = {}
         self._observers: Dict[bytes, LeaderElection] = {}
         self._hooks_lost_leader: Dict[bytes, coordination.Hooks] = collections.defaultdict(coordination.Hooks)
         self._told: Deque[Any] = collections.deque()
@@ -329,17 +302,18 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
         """Campaign for ``group_id`` from now on (in the background); ``callback(LeaderElected)`` is called by
         ``run_watchers()`` after each election of this member."""
         super().watch_elected_as_leader(group_id, callback)
-        if group_id not in self._campaigns:
-            election = _Candidate(self._coord, self._leader_path(group_id), self._member_text(), protocol=FORMAT)
-            self._campaigns[group_id] = _Campaign(election, group_id, self._member_id, self._tell)
+        if group_id not in self._candidacies:
+            self._candidacies[group_id] = _Candidacy(
+                self._coord, self._leader_path(group_id), self._member_text(), group_id, self._member_id, self._tell
+            )
 
     def unwatch_elected_as_leader(self, group_id: bytes, callback: Any) -> None:
         """Stop calling ``callback``; after the last one, leave the election (resigning if leader)."""
         super().unwatch_elected_as_leader(group_id, callback)
         if group_id not in self._hooks_elected_leader:
-            campaign = self._campaigns.pop(group_id, None)
-            if campaign is not None:
-                campaign.stop()
+            candidacy = self._candidacies.pop(group_id, None)
+            if candidacy is not None:
+                candidacy.stop()
 
     def watch_lost_leadership(self, group_id: bytes, callback: Any) -> None:
         """Call ``callback(LeaderLost)`` (from ``run_watchers()``) each time this member loses the leadership
@@ -362,15 +336,15 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
     def stand_down_group_leader(self, group_id: bytes) -> bool:
         """Resign if this member leads ``group_id`` (the next candidate leads at once); it campaigns again,
         at the back of the queue, while it still watches the election. False if it did not lead."""
-        campaign = self._campaigns.get(group_id)
-        return campaign is not None and campaign.stand_down()
+        candidacy = self._candidacies.get(group_id)
+        return candidacy is not None and candidacy.stand_down()
 
     def get_leader(self, group_id: bytes) -> Any:
         """The leader's member id (None if nobody leads), as a tooz async result."""
         election: Optional[LeaderElection] = None
-        campaign = self._campaigns.get(group_id)
-        if campaign is not None:
-            election = campaign.election
+        candidacy = self._candidacies.get(group_id)
+        if candidacy is not None:
+            election = candidacy.latch.election
         else:
             election = self._observers.get(group_id)
             if election is None:
@@ -387,8 +361,8 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
         """Let each campaign settle (leader, or queued behind a live node), so that an election ZooKeeper has
         decided is told by this ``run_watchers()`` call."""
         within = _kazoo.session_timeout(self._coord)
-        for campaign in list(self._campaigns.values()):
-            campaign.settle(within)
+        for candidacy in list(self._candidacies.values()):
+            candidacy.settle(within)
 
     def run_watchers(self, timeout: Optional[float] = None) -> List[Any]:
         """Group membership events (tooz's), then the elections and lost leaderships told since the last
@@ -407,14 +381,14 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
         return results
 
     def _stop(self) -> None:
-        campaigns: List[Tuple[bytes, _Campaign]] = list(self._campaigns.items())
-        self._campaigns.clear()
+        candidacies: List[Tuple[bytes, _Candidacy]] = list(self._candidacies.items())
+        self._candidacies.clear()
         self._observers.clear()
-        for _, campaign in campaigns:
+        for _, candidacy in candidacies:
             try:
-                campaign.stop()
+                candidacy.stop()
             except Exception as exc:
-                log.warning("leaving the election of %r failed: %s", campaign.group_id, exc)
+                log.warning("leaving the election of %r failed: %s", candidacy.group_id, exc)
         with self._told_lock:
             self._told.clear()
         super()._stop()
