@@ -171,9 +171,12 @@ def test_cpu_bench_smoke(zk_ensemble, tmp_path):
 
 
 def test_contention_bench_smoke(zk_ensemble, tmp_path):
-    """bench/contention.py (issue 30): every implementation's fleet runs in its own processes on one path,
-    every contender gets the lock, no two holds intersect, and the targets are reported."""
-    from bench.contention import CURATOR, IMPLS, OURS, curator_classpath
+    """bench/contention.py (issues 30 and 40): every implementation's fleet runs in its own processes on one
+    path, in both layouts (forked from one pool process, and each its own interpreter started by the
+    driver; Curator's JVMs once, spawned), every contender gets the lock, no two holds intersect; the
+    floor is measured, each Python fleet's hand-offs are split at the notification, and the targets are
+    reported per layout."""
+    from bench.contention import CURATOR, FORKED, IMPLS, LAYOUTS, OURS, SPAWNED, curator_classpath
 
     out = tmp_path / "results"
     _smoke("contention.py", zk_ensemble.hosts, out)
@@ -181,21 +184,40 @@ def test_contention_bench_smoke(zk_ensemble, tmp_path):
     expected = set(IMPLS) if curator_classpath()[0] is not None else set(IMPLS) - {CURATOR}
     assert set(res["impls"]) == expected and (CURATOR in expected or res["curator_absent"])
     (size,) = res["config"]["sizes"]
-    rows = {r["impl"]: r for r in res["rows"]}
-    assert set(rows) == expected
-    for r in rows.values():
+    assert tuple(res["config"]["layouts"]) == LAYOUTS
+    rows = {(r["layout"], r["impl"]): r for r in res["rows"]}
+    assert len(rows) == len(res["rows"])
+    assert set(rows) == {(SPAWNED if i == CURATOR else lay, i) for lay in LAYOUTS for i in expected}
+    (floor,) = res["floors"]
+    assert floor["n_samples"] == res["config"]["floor_reps"] and floor["lost"] == 0, floor
+    # each sample's socket read comes before its watch function, so their medians are in that order
+    assert 0 < floor["read"]["p50_ms"] <= floor["p50_ms"] <= floor["p99_ms"], floor
+    for (layout, impl), r in rows.items():
         assert r["n"] == size[0] * size[1] and r["errors"] == 0, r
         # every contender got the lock in the run (a fleet drains: each finishes the acquire it is in)
-        assert r["overlaps"] == 0 and r["granted"] == r["n"], (r["impl"], r)
-        assert r["handoff"]["n"] == r["grants"] <= r["grants_total"], (r["impl"], r)
-        if r["impl"] in OURS:  # ours also inside the 1.5 s window. Curator's fleet was seen to sit a whole
+        assert r["overlaps"] == 0 and r["granted"] == r["n"], (layout, impl, r)
+        assert r["handoff"]["n"] == r["grants"] <= r["grants_total"], (layout, impl, r)
+        assert r["floor_p50_ms"] == floor["p50_ms"]
+        if impl in OURS:  # ours also inside the 1.5 s window. Curator's fleet was seen to sit a whole
             # window out (grants 0, errors 0; twice in ~30 suite runs), likely ZooKeeper 3.8.0's lost wake-up
             # (ZOOKEEPER-4537) that our recipes nudge past and foreign ones wait out until a heartbeat
-            assert r["grants"] > 0 and r["per_contender"]["min"] > 0 and r["wait"]["max_ms"] > 0, (r["impl"], r)
-    assert {t["impl"] for t in res["targets"]} == set(OURS)
+            assert r["grants"] > 0 and r["per_contender"]["min"] > 0 and r["wait"]["max_ms"] > 0, (layout, impl, r)
+            assert r["handoff_to_floor"] > 0
+        if impl == CURATOR:
+            continue
+        # the layout is real: forked processes are children of one pool process, spawned ones of the driver
+        (parent,) = r["parents"]
+        assert (parent == res["meta"]["pid"]) == (layout == SPAWNED), (layout, impl, r["parents"])
+        s = r["split"]  # every hand-off in the window is split, inside one process, or had no watch
+        assert s["matched"] + s["local"] + s["unmatched"] == r["handoff"]["n"], (layout, impl, s)
+        assert s["matched"] == s["server"]["n"] == s["client"]["n"] >= s["dispatch"]["n"], (layout, impl, s)
+    got = {(t["layout"], t["impl"], t["target"]) for t in res["targets"]}
+    assert {(lay, impl) for lay, impl, _ in got} == {(lay, impl) for lay in (FORKED, SPAWNED) for impl in OURS}
+    assert all((lay, impl, "hand-off p50 / floor p50") in got for lay in LAYOUTS for impl in OURS)
     assert all(isinstance(t["met"], bool) for t in res["targets"])
     md = (out / "contention.md").read_text()
     assert "### Targets" in md and all(f"| {impl} |" in md for impl in expected)
+    assert "| forked | zkrecipes FairLock |" in md and "floor: delete() -> watch function" in md
 
 
 def test_recovery_bench_smoke(zk_ensemble, tmp_path):
