@@ -72,6 +72,18 @@ def no_traceback(stderr: str) -> None:
     assert not re.search(r"\w(Error|Exception|Warning):", stderr), stderr  # nor a bare "KeyError: ..." line
 
 
+def dump_stacks(popen: subprocess.Popen) -> None:
+    """End a hung zkrecipes with SIGABRT: its faulthandler (PYTHONFAULTHANDLER, set by :class:`Cli`) writes
+    every thread's stack to its stderr first, so the failure says where it hung; SIGKILL if that fails."""
+    if popen.poll() is None:
+        popen.send_signal(signal.SIGABRT)
+        try:
+            popen.wait(5)
+        except subprocess.TimeoutExpired:
+            popen.kill()
+            popen.wait()
+
+
 class Proc:
     """A zkrecipes run in the background, its output in files (no pipe to fill up)."""
 
@@ -86,8 +98,7 @@ class Proc:
         try:
             return self.popen.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+            dump_stacks(self.popen)
             pytest.fail(f"zkrecipes (pid {self.pid}) did not exit within {timeout} s; stderr: {self.stderr}")
 
     @property
@@ -109,6 +120,7 @@ class Cli:
         self.script = workdir / "hold.py"
         self.script.write_text(HOLD_SCRIPT)
         self.env = {k: v for k, v in os.environ.items() if k not in ("ZK_HOSTS", "ZKRECIPES_LOG")}
+        self.env["PYTHONFAULTHANDLER"] = "1"  # a hung run's stacks on SIGABRT (dump_stacks)
         self.procs: list[Proc] = []
 
     def run(self, *args: str, timeout: float = DEADLINE, env: dict | None = None) -> subprocess.CompletedProcess:

@@ -18,7 +18,7 @@ import threading
 import time
 
 import pytest
-from test_cli import DEADLINE, OVERLAP_SCRIPT, Cli, Proc, _until_gone, queue, wait_until
+from test_cli import DEADLINE, OVERLAP_SCRIPT, Cli, Proc, _until_gone, dump_stacks, queue, wait_until
 
 from zkrecipes.cli import EXIT_BOUND
 from zkrecipes.testing import Partition
@@ -60,8 +60,12 @@ class ExitClock:
 
     def wait(self, timeout: float = DEADLINE) -> float:
         """The exit's monotonic time; fails the test if it does not exit in time."""
-        wait_until(lambda: self.at is not None, f"zkrecipes (pid {self.proc.pid}) exited", timeout)
-        assert self.at is not None
+        deadline = time.monotonic() + timeout
+        while self.at is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.at is None:
+            dump_stacks(self.proc.popen)
+            pytest.fail(f"zkrecipes (pid {self.proc.pid}) did not exit within {timeout} s; stderr: {self.proc.stderr}")
         return self.at
 
 

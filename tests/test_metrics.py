@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 from lockhelpers import FAST_RECONNECT, wait_until
-from test_cli import ZKRECIPES, Cli
+from test_cli import ZKRECIPES, Cli, dump_stacks
 
 import zkrecipes
 import zkrecipes.aio as aio
@@ -424,9 +424,11 @@ def test_importing_zkrecipes_imports_no_metrics_library():
 def test_status_watch_shows_holders_and_waiters_with_how_long(zk_ensemble, zk_namespace, zk_factory, tmp_path):
     """A row appears when a lock is taken and again when another waits; FOR counts; Ctrl-C exits 0."""
     cli = Cli(zk_ensemble.hosts + zk_namespace, tmp_path)  # (the test's namespace, as zk_factory's clients)
-    proc = subprocess.Popen(ZKRECIPES + ["status", "/watched", "--watch", "--hosts", cli.hosts],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli.env,
-                            stdin=subprocess.DEVNULL)
+    err = tmp_path / "status.err"  # a file, not a pipe nobody reads while it runs
+    with open(err, "w") as err_file:
+        proc = subprocess.Popen(ZKRECIPES + ["status", "/watched", "--watch", "--hosts", cli.hosts],
+                                stdout=subprocess.PIPE, stderr=err_file, text=True, env=cli.env,
+                                stdin=subprocess.DEVNULL)
     lines: "queue.Queue[str]" = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
 
@@ -463,11 +465,18 @@ def test_status_watch_shows_holders_and_waiters_with_how_long(zk_ensemble, zk_na
         t.join(30)
         screen_with("/watched:", "no")
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(30) == 0, proc.stderr.read() if proc.stderr else ""
+        try:
+            status = proc.wait(30)
+        except subprocess.TimeoutExpired:
+            dump_stacks(proc)
+            pytest.fail(f"status --watch did not exit within 30 s of SIGINT; stderr: {err.read_text()}")
+        assert status == 0, err.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stdout:
+            proc.stdout.close()
 
 
 def test_retry_is_told_with_the_transient_error(recorder):
