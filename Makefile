@@ -31,7 +31,7 @@ test: setup $(OLDEST_KAZOO_DIR)
 	ZKRECIPES_EXPECT_KAZOO=$(KAZOO_OLDEST) PYTHONPATH=$(OLDEST_KAZOO_DIR) \
 		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py
 	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
-	@bash scripts/test-pythons.sh  # unit tier + asyncio/lock/ownership cut on every other Python 3.10-3.13 found (pyenv)
+	@bash scripts/test-pythons.sh  # unit tier + asyncio/lock cut on every other Python 3.10-3.13 found (pyenv)
 	$(MAKE) --no-print-directory docs
 
 # the suite against docker/docker-compose.yml's 3 containers (installs Docker, starts and stops its own engine)

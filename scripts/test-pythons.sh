@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `make test`'s second interpreter tier: on every other supported Python found under pyenv (3.10-3.13;
-# the default interpreter, in .venv, runs the whole suite), the unit tier and a lean cut of the asyncio,
-# lock and ownership suites -- what differs between Pythons (asyncio.wait_for's inner task before 3.12,
+# the default interpreter, in .venv, runs the whole suite), the unit tier and a lean cut of the asyncio
+# and lock suites -- what differs between Pythons (asyncio.wait_for's inner task before 3.12,
 # threading, typing at import). Each gets a venv in .venv-pythons/<version> (made once per setup.cfg).
 # Says which Pythons it ran, and which it did not find (under CI=true a missing one fails it, as tests/toolskip.py
 # fails a test whose tool is missing).
@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 PYENV_ROOT="${PYENV_ROOT:-/root/.pyenv}"
 SUPPORTED="3.10 3.11 3.12 3.13"   # python_requires and the classifiers name exactly these
 default=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-SUBSET=(tests/unit tests/test_aio.py tests/test_locks.py tests/test_ownership.py tests/test_thread_ownership.py)
+SUBSET=(tests/unit tests/test_aio.py tests/test_locks.py)  # ownership suites: the default interpreter only (make test time)
 LEAN="not across_processes and not container_parent_is_reclaimed and not stalled_process and not service_example \
 and not hundreds_of_tasks"
 ran=() missing=()
@@ -31,7 +31,7 @@ for minor in $SUPPORTED; do
   ran+=("$version")
 done
 echo "== Pythons: the whole suite on $(.venv/bin/python -c 'import platform; print(platform.python_version())') (.venv);" \
-     "unit + asyncio/lock/ownership cut on: ${ran[*]:-none}${missing:+; not found: ${missing[*]}}"
+     "unit + asyncio/lock cut on: ${ran[*]:-none}${missing:+; not found: ${missing[*]}}"
 # CI (CI=true, as .ci/run sets) has every supported Python under pyenv: one missing is a broken set-up, not a skip
 if [ ${#missing[@]} -gt 0 ] && [[ "${CI:-}" =~ ^([Tt][Rr][Uu][Ee]|1|[Yy][Ee][Ss])$ ]]; then
   echo "error: CI=true and Python ${missing[*]} not found under $PYENV_ROOT/versions" >&2
