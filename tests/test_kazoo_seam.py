@@ -8,6 +8,7 @@ must be the one imported, so a run on the wrong kazoo fails instead of passing q
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from importlib import metadata
@@ -18,6 +19,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.exceptions import ConnectionClosedError, NoNodeError
 from kazoo.protocol.serialization import GetChildren
+from kazoo.protocol.states import KazooState
 from kazoo.security import OPEN_ACL_UNSAFE
 from lockhelpers import LateLink, full_path, server_watches, wait_until
 
@@ -88,6 +90,28 @@ def test_an_overdue_reply_is_nudged_on_connections_our_recipes_use(zk_ensemble, 
         assert time.monotonic() - t0 > 0.5
     finally:
         link.close()
+
+
+def test_clients_our_recipes_use_select_with_one_poll_and_others_keep_kazoos(zk_factory):
+    """``attend`` swaps the threading handler's select for poll_select on clients a recipe is built on,
+    and their I/O works through it: requests, watches, and a reconnection after the connection drops."""
+    ours, theirs = zk_factory(), zk_factory()
+    kazoos = theirs.handler.select
+    lock = FairLock(ours, "/poll")
+    assert ours.handler.select is _kazoo.poll_select
+    assert theirs.handler.select == kazoos and theirs.handler.select is not _kazoo.poll_select
+    assert lock.acquire(timeout=10)
+    fired = threading.Event()
+    ours.exists("/poll-watched", watch=lambda event: fired.set())
+    theirs.create("/poll-watched")
+    assert fired.wait(10)
+    lock.release()
+    states: list = []
+    ours.add_listener(states.append)
+    ours._connection._socket.shutdown(socket.SHUT_RDWR)  # the I/O thread finds the hang-up in poll_select
+    wait_until(lambda: states[-2:] == [KazooState.SUSPENDED, KazooState.CONNECTED], 30, "reconnected")
+    assert lock.acquire(timeout=10)
+    lock.release()
 
 
 def test_session_timeout_is_the_servers_when_it_grants_another(zk_ensemble):

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import os
+import select
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
 
 import kazoo.exceptions
 from kazoo.client import KazooClient, TransactionRequest
@@ -350,6 +352,53 @@ class Nudger:
 nudger = Nudger()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=nudger.forget_thread)
+
+
+_READ, _WRITE = select.POLLIN | select.POLLPRI, select.POLLOUT
+
+
+def poll_select(
+    rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any], timeout: Optional[float] = None
+) -> Tuple[List[Any], List[Any], List[Any]]:
+    """kazoo's ``selector_select`` (its threading handler's ``select``) on one ``poll()``: same arguments,
+    answer and errors, without the epoll object it makes, fills and closes on every call. kazoo's I/O
+    thread selects several times per request; those three extra system calls and the selector bookkeeping
+    were about a third of a busy client's CPU here (bench/cpu.py's process CPU). Any fd number works, as
+    with kazoo's (``select.select`` stops at 1,024); ``xlist`` is never ready, as with kazoo's."""
+    if timeout is not None and timeout < 0:
+        raise ValueError("timeout must be non-negative")
+    masks: Dict[int, int] = {}
+    objs: Dict[int, List[Any]] = {}
+    for given, mask in ((rlist, _READ), (wlist, _WRITE)):
+        for obj in given:
+            fd = obj if isinstance(obj, int) else obj.fileno()
+            if fd < 0:
+                raise TypeError(f"Invalid file descriptor: {fd}")  # a closed socket (kazoo: TypeError too)
+            masks[fd] = masks.get(fd, 0) | mask
+            objs.setdefault(fd, []).append(obj)
+    poller = select.poll()
+    for fd, mask in masks.items():
+        poller.register(fd, mask)
+    readable: List[Any] = []
+    writable: List[Any] = []
+    for fd, events in poller.poll(None if timeout is None else math.ceil(timeout * 1e3)):
+        if events & select.POLLNVAL:
+            raise ValueError("Invalid event mask or fd")  # a closed descriptor: kazoo's epoll refuses it too
+        if masks[fd] & _READ and events & ~_WRITE:  # hang-up and error count as readable: the read tells
+            readable.extend(objs[fd])
+        elif masks[fd] & _WRITE and events & ~select.POLLIN:
+            writable.extend(objs[fd])
+    return readable, writable, []
+
+
+def attend(client: KazooClient) -> None:
+    """Our recipes use ``client``: nudge replies its server sits on (:class:`Nudger`) and give its I/O
+    thread :func:`poll_select` (kazoo's threading handler only; ``SequentialThreadingHandler.select``,
+    2.9.0-2.11.0). Other clients of the process are left as kazoo made them."""
+    nudger.attend(client)
+    handler = client.handler
+    if type(handler) is SequentialThreadingHandler and handler.__dict__.get("select") is not poll_select:
+        handler.select = poll_select
 
 
 def heard(client: KazooClient) -> Heard:

@@ -238,7 +238,7 @@ class Participant(NamedInit):
         self._format = formats.get(protocol, self._recipe)  # the node format: names, data, who we queue with
         self.protocol = self._format.name
         self.client = client
-        _kazoo.nudger.attend(client)  # replies a server sits on are nudged on this client's connection
+        _kazoo.attend(client)  # nudged replies, a cheaper select on its I/O thread
         self.acl: Optional[List[ACL]] = list(acl) if acl else None
         self._acl: List[ACL] = list(acl) if acl else list(OPEN_ACL_UNSAFE)  # applied to every node we make
         self.retry: Optional[tenacity.Retrying] = _retry.validate_policy(retry)
