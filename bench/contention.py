@@ -41,6 +41,9 @@ Targets (issues 30 and 40), per layout and N, reported as met / not met, never a
 above 100 ms; p99 hand-off at or below kazoo's Lock; grants/s at or above kazoo's; hand-off p50 within
 1.5x the floor's p50; at 1,000 contenders p99 within 2x p50. Writes ``contention.json``,
 ``contention.md`` and ``contention.png`` to ``--out`` (default ``bench/results``).
+
+Diagnosis: ``ZKRECIPES_BENCH_NO_NUDGER=1`` in the environment keeps zkrecipes' nudge thread from ever
+starting in the zkrecipes fleets (what a hand-off costs with and without its wake-ups; never for a report).
 """
 
 from __future__ import annotations
@@ -231,6 +234,10 @@ def _one_process(impl: str, hosts: str, path: str, index: int, threads: int, ses
     PARENT``."""
     reads: List[int] = []
     events: List[int] = []
+    if impl in OURS and os.environ.get("ZKRECIPES_BENCH_NO_NUDGER"):  # diagnosis only: see --help
+        from zkrecipes import _kazoo
+
+        _kazoo.nudger.arm = lambda: None  # type: ignore[method-assign]  # its thread never starts
     client = _connect(hosts, index, session, reads, events)
     try:
         ready()
@@ -934,6 +941,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--hosts", help="connect string of a running ensemble (default: start 3 local servers)")
     ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--reps", type=int, help="repetitions of every run (default 1)")
+    ap.add_argument("--sizes", help="comma-separated N, a subset of 10,100,1000 (default all)")
     ap.add_argument("--session", type=float, default=10.0, help="session timeout in seconds (default 10)")
     ap.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS), metavar="IMPL")
     ap.add_argument("--layouts", default=",".join(LAYOUTS),
@@ -970,6 +978,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.reps < 1:
             ap.error(f"--reps must be at least 1, got {args.reps!r}")
         cfg["reps"] = args.reps
+    if args.sizes:
+        wanted = {int(n) for n in args.sizes.split(",")}
+        cfg["sizes"] = [pt for pt in cfg["sizes"] if pt[0] * pt[1] in wanted]
+        if not cfg["sizes"]:
+            ap.error(f"--sizes names none of the configured N: {args.sizes!r}")
     cfg.update({"session_s": args.session, "work_us": 200, "drain_s": 120.0, "layouts": layouts})
     impls = list(args.impls)
     classpath, curator_absent = None, ""
