@@ -42,8 +42,8 @@ above 100 ms; p99 hand-off at or below kazoo's Lock; grants/s at or above kazoo'
 1.5x the floor's p50; at 1,000 contenders p99 within 2x p50. Writes ``contention.json``,
 ``contention.md`` and ``contention.png`` to ``--out`` (default ``bench/results``).
 
-Diagnosis: ``ZKRECIPES_BENCH_NO_NUDGER=1`` in the environment keeps zkrecipes' nudge thread from ever
-starting in the zkrecipes fleets (what a hand-off costs with and without its wake-ups; never for a report).
+Diagnosis: ``ZKRECIPES_BENCH_NO_NUDGER=1`` in the environment turns zkrecipes' nudging of overdue replies
+off in the zkrecipes fleets (what a hand-off costs with and without it; never for a report).
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def _one_process(impl: str, hosts: str, path: str, index: int, threads: int, ses
     if impl in OURS and os.environ.get("ZKRECIPES_BENCH_NO_NUDGER"):  # diagnosis only: see --help
         from zkrecipes import _kazoo
 
-        _kazoo.nudger.arm = lambda: None  # type: ignore[method-assign]  # its thread never starts
+        _kazoo._nudge_due = lambda h: None  # never a nudge, so never a wake-up for one
     client = _connect(hosts, index, session, reads, events)
     try:
         ready()

@@ -108,7 +108,7 @@ def test_bench_smoke(zk_ensemble, tmp_path):
     for impl, r in tries.items():
         assert r["held"]["n"] == r["free"]["n"] == cfg["tries"]["n"], impl
         if impl.startswith("zkrecipes"):  # a try on a held lock: one listing, no write (issue 38; an ``exists``
-            # may be a nudge of a slow reply, _kazoo.Nudger)
+            # may be a nudge of a slow reply, _kazoo._nudge)
             assert r["held"]["requests_per_op"]["get_children"] == 1.0 and r["held"]["writes_per_op"] == 0, r
     assert tries["kazoo Lock"]["held"]["writes_per_op"] == 2.0  # kazoo's try creates and deletes a node
     assert len(res["targets"]) == 5 and all(t["measured"] is not None for t in res["targets"])

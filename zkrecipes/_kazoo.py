@@ -8,9 +8,9 @@ oldest that setup.cfg allows (2.9.0).
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import math
-import os
 import select
 import threading
 import time
@@ -213,14 +213,13 @@ class Heard:
     one). The server heard that request no earlier than we sent it, so it cannot expire the session before
     ``answered + granted``. Written by kazoo's connection thread only; plain attribute reads elsewhere."""
 
-    __slots__ = ("granted", "answered", "_sent", "attended", "nudges", "_nudged")
+    __slots__ = ("granted", "answered", "_sent", "nudges", "_nudged")
 
     def __init__(self) -> None:
         self.granted: Optional[float] = None
         self.answered: Optional[float] = None
         self._sent: Deque[float] = collections.deque()  # send times of requests not answered yet, oldest first
-        self.attended = False  # True once our recipes send on this connection: overdue replies are nudged
-        self.nudges = 0  # requests sent to wake a server that sat on a reply (see Nudger)
+        self.nudges = 0  # requests sent to wake a server that sat on a reply (see _nudge)
         self._nudged: Optional[float] = None  # send time of the request the last nudge was for
 
 
@@ -245,8 +244,6 @@ def _follow_replies() -> None:
     def _submit(self: Any, request: Any, timeout: Any, xid: Any = None) -> Any:
         h = _heard(self)
         h._sent.append(time.monotonic())  # stamped before the write: never later than the send
-        if h.attended and not nudger.armed:  # after the stamp: see Nudger.poll
-            nudger.arm()
         return submit(self, request, timeout, xid)
 
     def _read_header(self: Any, timeout: Any) -> Any:
@@ -282,89 +279,51 @@ log = logging.getLogger("zkrecipes.kazoo")
 NUDGE_AFTER = 0.05  # s a request may wait for its reply before we nudge its server
 
 
-class Nudger:
-    """Wakes servers that sit on a reply. ZooKeeper 3.6.0-3.8.0 (ZOOKEEPER-4537, fixed in 3.7.2/3.8.1)
-    can lose the wake-up of its CommitProcessor: a request that arrives while that thread is between its
-    last look at its queues and its sleep is left unanswered until the next packet from any client
-    reaches the server, usually a heartbeat seconds later. A waiter re-lists within a millisecond of the
-    watch notification the server sent while applying the holder's delete, so its request tends to land
-    in exactly that window, at a moment when nothing else is in flight: one hand-off in thousands waited
-    a heartbeat interval (issue 30). When the oldest request on a connection our recipes use has waited
-    ``NUDGE_AFTER``, one thread per process sends one cheap read (an exists of the root) on it: its
-    arrival wakes the server, which answers both. One nudge per stuck request; the thread sleeps while
-    nothing is outstanding."""
-
-    def __init__(self) -> None:
-        self.armed = False  # True while the thread polls; read without a lock on the send path
-        self.attended: "weakref.WeakSet[Any]" = weakref.WeakSet()  # connections our recipes send on
-        self._wake = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._lock = threading.Lock()
-
-    def attend(self, client: KazooClient) -> None:
-        """Watch ``client``'s connection for overdue replies from now on."""
-        conn = client._connection
-        h = _heard(conn)
-        if not h.attended:
-            h.attended = True
-            self.attended.add(conn)
-            self.arm()
-
-    def arm(self) -> None:
-        with self._lock:
-            self.armed = True
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="zkrecipes-nudge", daemon=True)
-                self._thread.start()
-        self._wake.set()
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait()
-            self._wake.clear()
-            while self.poll():
-                time.sleep(NUDGE_AFTER / 2)
-
-    def poll(self) -> bool:
-        """Nudge every connection whose oldest request is overdue; False (disarmed) once none waits."""
-        self.armed = False  # before the scan: a request sent after it re-arms (its sender sees False)
-        waiting, now = False, time.monotonic()
-        for conn in list(self.attended):
-            h = _heard(conn)
-            try:
-                oldest = h._sent[0]
-            except IndexError:
-                continue
-            waiting = self.armed = True
-            if now - oldest >= NUDGE_AFTER and h._nudged != oldest and conn.client._state in _LIVE:
-                h._nudged, h.nudges = oldest, h.nudges + 1
-                hooks = _metrics.installed
-                if hooks is not None:
-                    _metrics.call(hooks.nudge)
-                log.debug("no reply for %.0f ms: nudging the server", (now - oldest) * 1e3)
-                submit(conn.client, [Exists(conn.client.chroot or "/", None)])
-        return waiting
-
-    def forget_thread(self) -> None:  # in a forked child the thread does not exist
-        self._thread, self._lock, self.armed = None, threading.Lock(), False
+def _nudge_due(h: Heard) -> Optional[float]:
+    """When the oldest unanswered request on ``h``'s connection is to be nudged (None: nothing to nudge)."""
+    try:
+        oldest = h._sent[0]
+    except IndexError:
+        return None
+    return None if h._nudged == oldest else oldest + NUDGE_AFTER
 
 
-nudger = Nudger()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=nudger.forget_thread)
+def _nudge(conn: Any, h: Heard) -> None:
+    """Wake a server that sits on a reply. ZooKeeper 3.6.0-3.8.0 (ZOOKEEPER-4537, fixed in 3.7.2/3.8.1) can
+    lose the wake-up of its CommitProcessor: a request that arrives while that thread is between its last
+    look at its queues and its sleep is left unanswered until the next packet from any client reaches the
+    server, usually a heartbeat seconds later. A waiter re-lists within a millisecond of the watch
+    notification the server sent while applying the holder's delete, so its request tends to land in
+    exactly that window, at a moment when nothing else is in flight: one hand-off in thousands waited a
+    heartbeat interval (issue 30). So once the oldest request on a connection our recipes use has waited
+    ``NUDGE_AFTER``, its own I/O thread (in :func:`poll_select`) queues one cheap read (an exists of the
+    root) on it: its arrival wakes the server, which answers both. One nudge per stuck request; no thread
+    and no wake-up of our own while replies come in time."""
+    h._nudged = h._sent[0]  # once per stuck request, sent or not
+    if conn.client._state not in _LIVE:
+        return  # (connecting: the requests are sent again on the next connection)
+    h.nudges += 1
+    hooks = _metrics.installed
+    if hooks is not None:
+        _metrics.call(hooks.nudge)
+    log.debug("no reply for %.0f ms: nudging the server", (time.monotonic() - h._nudged) * 1e3)
+    submit(conn.client, [Exists(conn.client.chroot or "/", None)])  # its wake byte ends this poll
 
 
 _READ, _WRITE = select.POLLIN | select.POLLPRI, select.POLLOUT
 
 
 def poll_select(
-    rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any], timeout: Optional[float] = None
+    rlist: Sequence[Any], wlist: Sequence[Any], xlist: Sequence[Any], timeout: Optional[float] = None,
+    conn: Any = None,
 ) -> Tuple[List[Any], List[Any], List[Any]]:
-    """kazoo's ``selector_select`` (its threading handler's ``select``) on one ``poll()``: same arguments,
+    """kazoo's ``selector_select`` (its threading handler's ``select``) on ``poll()``: same arguments,
     answer and errors, without the epoll object it makes, fills and closes on every call. kazoo's I/O
     thread selects several times per request; those three extra system calls and the selector bookkeeping
     were about a third of a busy client's CPU here (bench/cpu.py's process CPU). Any fd number works, as
-    with kazoo's (``select.select`` stops at 1,024); ``xlist`` is never ready, as with kazoo's."""
+    with kazoo's (``select.select`` stops at 1,024); ``xlist`` is never ready, as with kazoo's. With
+    ``conn`` (the client's ConnectionHandler), a wait outlasting a request's :data:`NUDGE_AFTER` nudges
+    its server (:func:`_nudge`) and goes on waiting."""
     if timeout is not None and timeout < 0:
         raise ValueError("timeout must be non-negative")
     masks: Dict[int, int] = {}
@@ -379,9 +338,19 @@ def poll_select(
     poller = select.poll()
     for fd, mask in masks.items():
         poller.register(fd, mask)
+    h = None if conn is None else _heard(conn)
+    end = None if timeout is None else time.monotonic() + timeout
+    while True:
+        due = None if h is None else _nudge_due(h)
+        wait = end if due is None else due if end is None else min(due, end)
+        ready = poller.poll(None if wait is None else math.ceil(max(0.0, wait - time.monotonic()) * 1e3))
+        if ready or (end is not None and time.monotonic() >= end):
+            break
+        if due is not None and h is not None and time.monotonic() >= due:
+            _nudge(conn, h)
     readable: List[Any] = []
     writable: List[Any] = []
-    for fd, events in poller.poll(None if timeout is None else math.ceil(timeout * 1e3)):
+    for fd, events in ready:
         if events & select.POLLNVAL:
             raise ValueError("Invalid event mask or fd")  # a closed descriptor: kazoo's epoll refuses it too
         if masks[fd] & _READ and events & ~_WRITE:  # hang-up and error count as readable: the read tells
@@ -392,13 +361,12 @@ def poll_select(
 
 
 def attend(client: KazooClient) -> None:
-    """Our recipes use ``client``: nudge replies its server sits on (:class:`Nudger`) and give its I/O
-    thread :func:`poll_select` (kazoo's threading handler only; ``SequentialThreadingHandler.select``,
-    2.9.0-2.11.0). Other clients of the process are left as kazoo made them."""
-    nudger.attend(client)
+    """Our recipes use ``client``: its I/O thread selects with :func:`poll_select`, which nudges replies its
+    server sits on (kazoo's threading handler only; ``SequentialThreadingHandler.select``,
+    ``KazooClient._connection``, 2.9.0-2.11.0). Other clients of the process are left as kazoo made them."""
     handler = client.handler
-    if type(handler) is SequentialThreadingHandler and handler.__dict__.get("select") is not poll_select:
-        handler.select = poll_select
+    if type(handler) is SequentialThreadingHandler and "select" not in handler.__dict__:
+        handler.select = functools.partial(poll_select, conn=client._connection)
 
 
 def heard(client: KazooClient) -> Heard:

@@ -20,8 +20,8 @@ thread-safe; an exception a hook raises is logged and swallowed):
                 or releasing thread, the session thread (event loop) for suspended/held/lost
 ``retry``       before each retry of a request after a transient ZooKeeper error, on the thread that runs
                 it: the acquiring or releasing thread (event loop), the session or the reaper thread
-``nudge``       when a server sat on a reply and was nudged (:data:`zkrecipes._kazoo.NUDGE_AFTER`), on the
-                ``zkrecipes-nudge`` thread
+``nudge``       when a server sat on a reply and was nudged (:data:`zkrecipes._kazoo.NUDGE_AFTER`), on
+                kazoo's I/O thread of that client
 ==============  ==========================================================================================
 
 Durations are measured on the client's monotonic clock. Install hooks before locks are used: a state
