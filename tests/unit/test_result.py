@@ -79,3 +79,20 @@ def test_callbacks_run_at_once_without_a_running_handler(handler):
     exc = NoNodeError()
     r.set_exception(exc)
     assert seen == [exc]
+
+
+def test_on_ready_runs_on_the_setting_thread_once_or_at_once_if_set(handler, caplog):
+    handler.start()  # (a running completion thread: on_ready must not use it)
+    r, seen = Result(handler), []
+    r.on_ready(lambda: seen.append(threading.current_thread()))
+    setter = threading.Thread(target=r.set, args=(1,))  # kazoo's I/O thread in real use
+    setter.start()
+    setter.join(10)
+    r.set(2)  # a second answer is ignored, and so is its callback
+    assert seen == [setter] and r.get(block=False) == 1
+    r.on_ready(lambda: seen.append("now"))  # already set: at once, on the caller
+    assert seen == [setter, "now"]
+    failing = Result(handler)
+    failing.on_ready(lambda: 1 / 0)
+    failing.set_exception(NoNodeError())  # the setter survives a failing callback: logged
+    assert failing.ready() and "a reply's callback failed" in caplog.text

@@ -49,7 +49,10 @@ def _settle(fut: "asyncio.Future[None]", error: Optional[BaseException] = None) 
 def bridge(loop: asyncio.AbstractEventLoop, ar: _kazoo.AsyncResult) -> "asyncio.Future[None]":
     """A future of ``loop`` that completes (with None) once kazoo's async result ``ar`` is ready."""
     fut: "asyncio.Future[None]" = loop.create_future()
-    ar.rawlink(lambda _ar: call_soon(loop, _settle, fut))  # kazoo's completion thread
+    if type(ar) is _kazoo.Result:  # the hot path's requests: told on kazoo's I/O thread
+        ar.on_ready(lambda: call_soon(loop, _settle, fut))
+    else:
+        ar.rawlink(lambda _ar: call_soon(loop, _settle, fut))  # kazoo's completion thread
     return fut
 
 
