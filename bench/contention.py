@@ -44,6 +44,9 @@ above 100 ms; p99 hand-off at or below kazoo's Lock; grants/s at or above kazoo'
 
 Diagnosis: ``ZKRECIPES_BENCH_NO_NUDGER=1`` in the environment turns zkrecipes' nudging of overdue replies
 off in the zkrecipes fleets (what a hand-off costs with and without it; never for a report).
+``ZKRECIPES_BENCH_RUNQ=1`` has each threaded contender (FairLock, kazoo's Lock) read its thread's run-queue
+wait (``/proc/thread-self/schedstat``) around every acquire(); the split then gives that wait's p50/p99
+(``runq``) and its median over the tail's hand-offs (``tail.runq_p50_ms``) in contention.json.
 """
 
 from __future__ import annotations
@@ -145,20 +148,33 @@ def _connect(hosts: str, index: int, session: float, reads: List[int], events: L
     return client
 
 
-def _contend(lock: Any, start_ns: int, end_ns: int, work_ns: int) -> List[Tuple[int, int, int, int]]:
-    """One thread's loop: (acquire call, acquire return, release call, release return) per grant."""
+def _run_delay() -> int:
+    """ns this thread has spent runnable but waiting for a CPU so far (Linux's schedstat)."""
+    with open("/proc/thread-self/schedstat") as f:
+        return int(f.read().split()[1])
+
+
+RUNQ = bool(os.environ.get("ZKRECIPES_BENCH_RUNQ"))  # diagnosis: see the module docstring
+
+
+def _contend(lock: Any, start_ns: int, end_ns: int, work_ns: int) -> List[Tuple[int, ...]]:
+    """One thread's loop: (acquire call, acquire return, release call, release return) per grant, and with
+    ``RUNQ`` the ns the thread waited for a CPU inside that acquire() call."""
     mono = time.monotonic_ns
     time.sleep(max(0.0, (start_ns - mono()) / 1e9))
-    grants = []
+    grants: List[Tuple[int, ...]] = []
     while mono() < end_ns:
+        q = _run_delay() if RUNQ else 0
         a = mono()
         lock.acquire()
         b = mono()
+        if RUNQ:
+            q = _run_delay() - q
         while mono() - b < work_ns:  # the holder's work
             pass
         c = mono()
         lock.release()
-        grants.append((a, b, c, mono()))
+        grants.append((a, b, c, mono(), q) if RUNQ else (a, b, c, mono()))
     return grants
 
 
@@ -223,7 +239,7 @@ def _contenders(client: Any, impl: str, path: str, threads: int, start_ns: int, 
         if isinstance(r, BaseException):
             out.append(f"error {k} {r!r}".replace("\n", " "))
         else:
-            out.extend(f"g {k} {a} {b} {c} {d}" for a, b, c, d in r)
+            out.extend(f"g {k} " + " ".join(map(str, g)) for g in r)
     return out
 
 
@@ -425,6 +441,7 @@ def run_fleet(impl: str, hosts: str, path: str, procs: int, threads: int, cfg: D
     else:
         lines = [(i, ln) for i, p in enumerate(fleet) for ln in p.lines]
     grants: List[Tuple[str, int, int, int, int]] = []
+    runq: Dict[Tuple[str, int], int] = {}  # (contender, acquire return) -> its run-queue wait, with RUNQ
     errors: List[str] = []
     reads: Dict[str, List[int]] = {}
     events: Dict[str, List[int]] = {}
@@ -432,8 +449,10 @@ def run_fleet(impl: str, hosts: str, path: str, procs: int, threads: int, cfg: D
     for i, line in lines:
         parts = line.split(" ", 2)
         if parts[0] == "g":
-            a, b, c, d = (int(x) for x in parts[2].split())  # ns, both languages
+            a, b, c, d, *q = (int(x) for x in parts[2].split())  # ns, both languages
             grants.append((f"{i}:{parts[1]}", a, b, c, d))
+            if q:
+                runq[(f"{i}:{parts[1]}", b)] = q[0]
         elif parts[0] == "error":
             errors.append(f"process {i}: {line}")
         elif parts[0] in ("n", "e"):
@@ -443,7 +462,7 @@ def run_fleet(impl: str, hosts: str, path: str, procs: int, threads: int, cfg: D
     contenders = [f"{i}:{k}" for i in range(procs) for k in range(threads)]
     row = analyse(grants, contenders, w0, w1)
     if reads:  # the Python fleets stamp their watch notifications
-        row["split"] = split(grants, w0, w1, reads, events)
+        row["split"] = split(grants, w0, w1, reads, events, runq)
     row.update({"impl": impl, "layout": fleet_layout(impl, layout), "n": procs * threads, "processes": procs,
                 "per_process": threads, "errors": len(errors), "error_samples": errors[:3],
                 "parents": sorted(parents)})  # the Python fleets' parent pids: the pool, or this driver
@@ -616,7 +635,7 @@ def analyse(grants: Sequence[Tuple[str, int, int, int, int]], contenders: Sequen
 
 
 def split(grants: Sequence[Tuple[str, int, int, int, int]], w0: int, w1: int, reads: Dict[str, List[int]],
-          events: Dict[str, List[int]]) -> Dict[str, Any]:
+          events: Dict[str, List[int]], runq: Optional[Dict[Tuple[str, int], int]] = None) -> Dict[str, Any]:
     """Split each hand-off between processes at the watch notification that woke the next holder's process:
     the latest notification its kazoo I/O thread read between the previous holder's release() call and the
     acquire() return. *server*: release() call -> notification read (the delete, the server, the wire);
@@ -625,10 +644,11 @@ def split(grants: Sequence[Tuple[str, int, int, int, int]], w0: int, w1: int, re
     including any read it sends, to the acquire return). ``reads`` and ``events`` (ns, ascending) are per
     process. Hand-offs inside one process (``local``) need no notification; ``unmatched`` ones had none
     (the next holder found the lock free in its own listing). *tail*: the medians of the parts over the
-    matched hand-offs at or above the p99 of all hand-offs in the window, which is where the tail's time goes."""
+    matched hand-offs at or above the p99 of all hand-offs in the window, which is where the tail's time goes.
+    With ``runq`` (``ZKRECIPES_BENCH_RUNQ``): the next holder's thread's wait for a CPU inside its acquire()."""
     ordered = sorted(grants, key=lambda g: g[2])
     parts: Dict[str, List[int]] = {"server": [], "client": [], "dispatch": [], "after_event": []}
-    matched: List[Tuple[int, int, int, Optional[int]]] = []  # (hand-off, server, client, dispatch)
+    matched: List[Tuple[int, int, int, Optional[int], Optional[int]]] = []  # (hand-off, server, client, dispatch, runq)
     every: List[int] = []
     local = unmatched = 0
     for prev, g in zip(ordered, ordered[1:]):
@@ -653,7 +673,8 @@ def split(grants: Sequence[Tuple[str, int, int, int, int]], w0: int, w1: int, re
         if event is not None:
             parts["dispatch"].append(event - read)
             parts["after_event"].append(g[2] - event)
-        matched.append((g[2] - prev[3], read - prev[3], g[2] - read, None if event is None else event - read))
+        matched.append((g[2] - prev[3], read - prev[3], g[2] - read, None if event is None else event - read,
+                        None if runq is None else runq.get((g[0], g[2]))))
     out: Dict[str, Any] = {name: _dist(v) for name, v in parts.items()}
     out.update({"matched": len(matched), "local": local, "unmatched": unmatched})
     cut = harness.percentile(sorted(every), 0.99) if every else None
@@ -666,6 +687,9 @@ def split(grants: Sequence[Tuple[str, int, int, int, int]], w0: int, w1: int, re
     out["tail"] = {"n": len(tail), "of": sum(1 for x in every if cut is not None and x >= cut),
                    "handoff_p50_ms": med([m[0] for m in tail]), "server_p50_ms": med([m[1] for m in tail]),
                    "client_p50_ms": med([m[2] for m in tail]), "dispatch_p50_ms": med([m[3] for m in tail])}
+    if runq:
+        out["runq"] = _dist([m[4] for m in matched if m[4] is not None])
+        out["tail"]["runq_p50_ms"] = med([m[4] for m in tail])
     return out
 
 
