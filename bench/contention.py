@@ -253,7 +253,7 @@ def _one_process(impl: str, hosts: str, path: str, index: int, threads: int, ses
     if impl in OURS and os.environ.get("ZKRECIPES_BENCH_NO_NUDGER"):  # diagnosis only: see --help
         from zkrecipes import _kazoo
 
-        _kazoo._nudge_due = lambda h: None  # never a nudge, so never a wake-up for one
+        _kazoo.NUDGE_AFTER = 1e9  # never a nudge, so never a wake-up for one
     client = _connect(hosts, index, session, reads, events)
     try:
         ready()

@@ -58,7 +58,7 @@ class Result:
     """The hot path's one-shot async result (create+list, delete): the part of kazoo's IAsyncResult that
     kazoo's I/O thread (``set``, ``set_exception``; 2.9.0-2.11.0) and our drivers use, on one plain lock
     instead of a Condition over an RLock (a third of the client CPU). Callbacks run on the handler's
-    completion thread, as kazoo's do."""
+    completion thread, as kazoo's do; the one :meth:`on_ready` callback on the thread that sets the result."""
 
     __slots__ = ("value", "_exception", "_latch", "_handler", "_callbacks", "_at_once")
 
@@ -130,11 +130,14 @@ class Result:
     def on_ready(self, fn: Callable[[], None]) -> None:
         """Call ``fn()`` once the result is set, on the thread that sets it (kazoo's I/O thread), or now if it
         is: for the asyncio driver, whose ``fn`` only hands the news to its loop, one thread switch less
-        per reply than a callback on the completion thread. ``fn`` must be quick and never block; one per
-        result."""
+        per reply than a callback on the completion thread. ``fn`` must be quick and never block. One per
+        result: a second one runs on the completion thread, as :meth:`rawlink`'s do."""
         with _links:
             if self._exception is _NOT_SET:
-                self._at_once = fn
+                if self._at_once is None:
+                    self._at_once = fn
+                else:
+                    self._callbacks = (self._callbacks or []) + [lambda _r: fn()]
                 return
         fn()
 
@@ -297,15 +300,6 @@ _follow_replies()
 NUDGE_AFTER = 0.05  # s a request may wait for its reply before we nudge its server
 
 
-def _nudge_due(h: Heard) -> Optional[float]:
-    """When the oldest unanswered request on ``h``'s connection is to be nudged (None: nothing to nudge)."""
-    try:
-        oldest = h._sent[0]
-    except IndexError:
-        return None
-    return None if h._nudged == oldest else oldest + NUDGE_AFTER
-
-
 def _nudge(conn: Any, h: Heard) -> None:
     """Wake a server that sits on a reply. ZooKeeper 3.6.0-3.8.0 (ZOOKEEPER-4537, fixed in 3.7.2/3.8.1) can
     lose the wake-up of its CommitProcessor: a request that arrives while that thread is between its last
@@ -359,7 +353,9 @@ def poll_select(
     h = None if conn is None else _heard(conn)
     end = None if timeout is None else time.monotonic() + timeout
     while True:
-        due = None if h is None else _nudge_due(h)
+        due = None
+        if h is not None and h._sent and h._sent[0] != h._nudged:  # the oldest unanswered request, not nudged yet
+            due = h._sent[0] + NUDGE_AFTER
         wait = end if due is None else due if end is None else min(due, end)
         ready = poller.poll(None if wait is None else math.ceil(max(0.0, wait - time.monotonic()) * 1e3))
         if ready or (end is not None and time.monotonic() >= end):

@@ -96,3 +96,12 @@ def test_on_ready_runs_on_the_setting_thread_once_or_at_once_if_set(handler, cap
     failing.on_ready(lambda: 1 / 0)
     failing.set_exception(NoNodeError())  # the setter survives a failing callback: logged
     assert failing.ready() and "a reply's callback failed" in caplog.text
+
+
+def test_a_second_on_ready_is_not_lost(handler):
+    r, seen, done = Result(handler), [], threading.Event()
+    r.on_ready(lambda: seen.append("first"))
+    r.on_ready(lambda: (seen.append("second"), done.set()))  # (not overwriting the first)
+    handler.start()
+    r.set(1)
+    assert done.wait(10) and sorted(seen) == ["first", "second"]
