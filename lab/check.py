@@ -22,14 +22,15 @@ unsafe overlap
     expired, acting after losing its hold -- but it can also be the later grant that was made on stale
     information (a waiter frozen while being granted). Fencing turns the stale side's operations into
     rejections; without fencing they are accepted.
-expiry races
-    operations that raced a session expiry the holder's client could not have heard of first (see
-    :func:`expiry_races`): the lab's ``session-expiry`` ends a session server-side at once, so ZooKeeper
-    frees its nodes -- and grants them -- as it tells the client, or before. Such an operation of the
-    expired session's hold, whose ``check()`` passed before its client heard anything, is counted here and
-    not as an unsafe overlap (nothing but fencing can stop it; a fenced register must still reject it, so
-    it stays in the accepted overlaps of a lock). A holder whose check passed after its client heard was
-    not told in time: its operations are never excused.
+expiry and pause races
+    operations no lock could have stopped, only fencing (see :func:`races`): the lab's ``session-expiry``
+    ends a session server-side at once, so ZooKeeper frees its nodes -- and grants them -- as it tells the
+    client, or before; and a ``pause`` may freeze a holder between a ``check()`` that passed and the
+    operation it guards. Such an operation -- its ``check()`` passed before the client heard anything of
+    the expiry, or before the process was stopped -- is counted here and not as an unsafe overlap (a
+    fenced register must still reject it, so it stays in the accepted overlaps of a lock). A check that
+    passed after the client heard, or after the process ran again, is a holder not told in time: its
+    operations are never excused.
 lost increments
     every accepted write stores the value its hold read plus one; a write that overwrote increments it
     did not see lost ``seen + 1 - stored`` of them. The sum equals accepted writes minus the final value.
@@ -88,33 +89,47 @@ def struck_at(fault: dict) -> float:
     return fault["end"] if fault["kind"] in EXPIRIES else fault["start"]
 
 
-def expiry_races(faults: list, events: list):
-    """A predicate ``raced(record, session)``: whether a register operation (``record``, presented by a hold
-    of ``session``) raced a session expiry that its client could not have heard of first.
+RACE_FINDINGS = {"expiry": "raced an instant expiry", "pause": "frozen between check and act"}
 
-    An expiry fault (``session-expiry``, ``stall-repair``) ends the target's session server-side with no
-    silence before it, so the server frees (and may grant) the session's nodes no later than it tells the
-    client. An operation is raced when it was presented by the target process (and session, where both are
-    known) after the fault began, and the holder's last ``check()`` before it passed (the record's
+
+def races(faults: list, events: list):
+    """A function ``raced(record, session)``: which race, if any, a register operation (``record``,
+    presented by a hold of ``session``) lost before the lock could have told its holder -- ``"expiry"``,
+    ``"pause"`` or None. Nothing but a fencing token can stop such an operation.
+
+    ``expiry``: an expiry fault (``session-expiry``, ``stall-repair``) ends the target's session
+    server-side with no silence before it, so the server frees (and may grant) the session's nodes no later
+    than it tells the client. The operation was presented by the target process (and session, where both
+    are known) after the fault began, and the holder's last ``check()`` before it passed (the record's
     ``checked``; else its own stamp, later still) before the client's first sign of the expiry -- kazoo's
     first ``SUSPENDED`` or ``LOST`` after the fault began, as the worker recorded it (``zk_state``, on
-    kazoo's thread). No sign recorded: nothing is raced."""
+    kazoo's thread). No sign recorded: nothing is raced.
+
+    ``pause``: the target process was frozen (SIGSTOP) after the holder's last ``check()`` passed and before
+    the operation was presented: the check passed before the nemesis had stopped the process (the fault's
+    ``stopped`` stamp; else its start, earlier still) and the operation came after the fault began. A check
+    that passed once the process ran again is never excused."""
     heard = defaultdict(list)
     for e in events:
         if e["ev"] == "zk_state" and e.get("state") in ("SUSPENDED", "LOST"):
             heard[e["pid"]].append(e["t"])
-    windows = []
+    windows = []  # (kind, pid, session, start, checked before)
     for f in faults:
         pid = f.get("target_pid")
         if f["kind"] in EXPIRIES and pid:
             first = min((t for t in heard[pid] if t >= f["start"]), default=None)
             if first is not None:
-                windows.append((pid, f.get("session"), f["start"], first))
+                windows.append(("expiry", pid, f.get("session"), f["start"], first))
+        elif f["kind"] == "pause" and pid:
+            windows.append(("pause", pid, None, f["start"], f.get("stopped", f["start"])))
 
-    def raced(rec: dict, session: Optional[str]) -> bool:
+    def raced(rec: dict, session: Optional[str]) -> Optional[str]:
         checked = rec.get("checked", rec["t"])
-        return any(rec.get("pid") == pid and (sid is None or session is None or sid == session)
-                   and rec["t"] >= start and checked < first for pid, sid, start, first in windows)
+        for kind, pid, sid, start, before in windows:
+            if rec.get("pid") == pid and (sid is None or session is None or sid == session) \
+                    and rec["t"] >= start and checked < before:
+                return kind
+        return None
 
     return raced
 
@@ -182,7 +197,7 @@ def check_trial(path: str, logs: Optional[dict] = None) -> dict:
         last_t[e["pid"]] = e["t"]
 
     out = {"impls": {}, "faults": faults}
-    raced = expiry_races(faults, events)
+    raced = races(faults, events)
     for impl in meta["impls"]:
         out["impls"][impl] = _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T,
                                          (logs or {}).get(impl), raced)
@@ -296,7 +311,8 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
     grants = sorted((h["grant"], h["id"]) for h in holds.values())
     gtimes = [g[0] for g in grants]
     involved: set = set()  # holds on either side of an unsafe overlap (or of a raced expiry)
-    n_unsafe = n_raced = 0
+    n_unsafe = 0
+    n_raced = {kind: 0 for kind in RACE_FINDINGS}
     for hid, recs in ops_by_hold.items():
         h = holds.get(hid)
         if h is None:
@@ -314,13 +330,15 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
             continue
         late = [r for r in recs if r["t"] > first["grant"]]
         involved.update((hid, first["id"]))
-        excused = [r for r in late if raced(r, h["session"])]  # see expiry_races
-        if excused:
-            n_raced += len(excused)
-            totals["findings"].append({"what": "raced an instant expiry", "t": excused[0]["t"], "hold": hid,
-                                       "after_grant_of": first["id"], "ops": len(excused),
-                                       "accepted": sum(1 for r in excused if r["ok"])})
-        late = [r for r in late if r not in excused]
+        excused = [(r, kind) for r in late if (kind := raced(r, h["session"]))]  # see races
+        for kind in RACE_FINDINGS:
+            ops = [r for r, k in excused if k == kind]
+            if ops:
+                n_raced[kind] += len(ops)
+                totals["findings"].append({"what": RACE_FINDINGS[kind], "t": ops[0]["t"], "hold": hid,
+                                           "after_grant_of": first["id"], "ops": len(ops),
+                                           "accepted": sum(1 for r in ops if r["ok"])})
+        late = [r for r in late if not any(r is e for e, _ in excused)]
         if not late:
             continue
         n_unsafe += 1
@@ -330,7 +348,7 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
              "ops": len(late), "accepted": sum(1 for r in late if r["ok"])}
         )
     totals["unsafe"] = n_unsafe
-    totals["expiry_races"] = n_raced
+    totals["expiry_races"], totals["pause_races"] = n_raced["expiry"], n_raced["pause"]
     # a rejection outside any detected overlap would mean fencing turned away a rightful holder
     totals["false_rejections"] = sum(1 for r in log if not r["ok"] and r.get("hold") not in involved)
 

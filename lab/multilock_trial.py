@@ -93,11 +93,12 @@ def run_worker(w) -> None:
             seen = {}
             for at in IMPLS:  # a check() and a pause after each read: the nemesis aims just after a read
                 multi.check()
-                seen[at] = regs[at].read(tokens[at], hold=req)
+                seen[at] = regs[at].read(tokens[at], hold=req, checked=time.monotonic())
                 time.sleep(pause / 2 + GAP)
             multi.check()
+            checked = time.monotonic()
             for at in IMPLS:
-                regs[at].write(tokens[at], seen[at] + 1, hold=req)
+                regs[at].write(tokens[at], seen[at] + 1, hold=req, checked=checked)
             for impl in IMPLS:
                 w.rec("done", impl=impl, hold=req)
         except LockLost as exc:

@@ -464,11 +464,12 @@ class Trial:
                 dur = T + (self.rnd.uniform(1.5, 3.0) if lng else 2.0)
                 self.journal("fault_start", **base, duration=dur)
                 _killpg(slot.proc, signal.SIGSTOP)
+                stopped = time.monotonic()  # a check() that passed before this may have been frozen before its act
                 try:
                     time.sleep(dur)
                 finally:
                     _killpg(slot.proc, signal.SIGCONT)
-                self.journal("fault_end", id=fid)
+                self.journal("fault_end", id=fid, stopped=stopped)
             elif kind == "holder-kill":
                 self.journal("fault_start", **base)
                 _killpg(slot.proc, signal.SIGKILL)

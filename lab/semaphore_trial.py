@@ -13,8 +13,9 @@ lease can be newer than a valid one), so the register is used unfenced and the c
 an *accepted overlap* is a hold whose span begins while N others are open (N+1 holders inside at once,
 in the register's own order). *Unsafe overlaps* count holds that presented an operation while N other
 holds were acting (from their grant to their last operation). Operations that raced an instant session
-expiry (:func:`lab.check.expiry_races`: checked before the holder's client could have heard of it; no
-token could stop them) are counted apart, as ``expiry_races``. A grant is *out of order* when a request
+expiry or a pause (:func:`lab.check.races`: checked before the holder's client could have heard of the
+expiry, or before its process was frozen; no token could stop them) are counted apart, as
+``expiry_races`` and ``pause_races``. A grant is *out of order* when a request
 with a lower queue sequence (kazoo: an earlier request) was waiting then and was granted more than
 ``GRANT_SLACK`` later, with no fault meanwhile: with N leases, a node may hold once fewer than N nodes
 are ahead of it, so every waiting node ahead of a new holder may hold too and only noticing it can lag.
@@ -34,7 +35,7 @@ import time
 from collections import defaultdict
 from typing import Optional
 
-from .check import Windows, check_trial, expiry_races
+from .check import RACE_FINDINGS, Windows, check_trial, races
 from .fenced import FencedRegister, read_log
 
 LEASES = 3
@@ -195,7 +196,7 @@ def capacity(path: str, res: dict, impl: str, n: int) -> None:
     for row in rows.values():
         row["accepted_overlaps"] = row["unsafe"] = 0
     totals["findings"] = [f for f in totals["findings"]
-                          if f["what"] not in ("accepted overlap", "unsafe overlap", "raced an instant expiry")]
+                          if f["what"] not in ("accepted overlap", "unsafe overlap", *RACE_FINDINGS.values())]
 
     def row(t: float) -> dict:
         return rows.setdefault(win.kind(t), {"accepted_overlaps": 0, "unsafe": 0})
@@ -205,15 +206,17 @@ def capacity(path: str, res: dict, impl: str, n: int) -> None:
     grants = {e["hold"]: e["t"] for e in events if e["ev"] == "grant"}
     sessions = {e["hold"]: e.get("session") for e in events if e["ev"] == "grant"}
     log, _ = read_log(os.path.join(path, f"register-{impl}.jsonl"))
-    # an operation that raced an instant expiry is counted apart (see lab.check.expiry_races): no token can
-    # stop a lease holder whose check passed before its client heard that its session had ended
-    is_raced = expiry_races(res["faults"], everything)
-    raced = [rec for rec in log if rec.get("hold") in grants and is_raced(rec, sessions[rec["hold"]])]
-    for rec in raced:
-        totals["findings"].append({"what": "raced an instant expiry", "t": rec["t"], "hold": rec["hold"],
+    # an operation that raced an instant expiry or a pause is counted apart (see lab.check.races): no token
+    # can stop a lease holder whose check passed before its client heard that its session had ended, or
+    # before its process was frozen
+    is_raced = races(res["faults"], everything)
+    raced = [(rec, kind) for rec in log if rec.get("hold") in grants and (kind := is_raced(rec, sessions[rec["hold"]]))]
+    for rec, kind in raced:
+        totals["findings"].append({"what": RACE_FINDINGS[kind], "t": rec["t"], "hold": rec["hold"],
                                    "checked": rec.get("checked"), "accepted": rec["ok"]})
-    totals["expiry_races"] = len(raced)
-    log = [rec for rec in log if rec["seq"] not in {r["seq"] for r in raced}]
+    totals["expiry_races"] = sum(1 for _, kind in raced if kind == "expiry")
+    totals["pause_races"] = sum(1 for _, kind in raced if kind == "pause")
+    log = [rec for rec in log if rec["seq"] not in {r["seq"] for r, _ in raced}]
     accepted = [rec for rec in log if rec["ok"] and rec.get("hold")]
     spans: dict = {}
     for i, rec in enumerate(accepted):

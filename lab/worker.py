@@ -90,13 +90,15 @@ class Worker:
         """The critical section: check, read, hold, check, write (readers: check, read, hold, check, read)."""
         pause = self.hold_time(rnd)
         check()
-        v = reg.read(token, hold=hold, shared=shared)
+        checked = time.monotonic()  # kept with the operation: a pause may freeze us between check and act
+        v = reg.read(token, hold=hold, shared=shared, checked=checked)
         time.sleep(pause)
         check()
+        checked = time.monotonic()
         if shared:
-            reg.read(token, hold=hold, shared=True)
+            reg.read(token, hold=hold, shared=True, checked=checked)
         else:
-            reg.write(token, v + 1, hold=hold)
+            reg.write(token, v + 1, hold=hold, checked=checked)
         self.rec("done", impl=impl, hold=hold)
 
     def critical(self, impl: str, check, reg, token, hold: str, rnd, lost_types: tuple, shared=False) -> None:

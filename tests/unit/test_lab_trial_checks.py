@@ -21,10 +21,11 @@ class Trial:
             json.dump({"trial": "t", "impls": list(impls), "session_timeout": 3.0, "fault_kinds": ["pause"],
                        "paths": {i: f"/root/{i}" for i in impls}}, f)
         with open(os.path.join(self.path, "nemesis.jsonl"), "w") as f:
-            for n, (kind, start, end, pid) in enumerate(faults):
+            for n, (kind, start, end, pid, *stopped) in enumerate(faults):  # stopped: a pause's SIGSTOP sent
                 f.write(json.dumps({"t": start, "ev": "fault_start", "id": f"f{n}", "kind": kind,
                                     "target_pid": pid}) + "\n")
-                f.write(json.dumps({"t": end, "ev": "fault_end", "id": f"f{n}"}) + "\n")
+                f.write(json.dumps({"t": end, "ev": "fault_end", "id": f"f{n}",
+                                    **({"stopped": stopped[0]} if stopped else {})}) + "\n")
 
     def ev(self, t: float, pid: int, ev: str, impl: str, **kw) -> None:
         rec = {"t": t, "wall": 0.0, "ev": ev, "slot": pid, "gen": 0, "pid": pid, "impl": impl, **kw}
@@ -210,3 +211,25 @@ def test_a_lock_holder_racing_an_instant_expiry_is_no_unsafe_overlap_but_fencing
         t = check_trial(str(d))["impls"]["fair"]["totals"]
         assert (t["accepted_overlaps"], t["unsafe"], t["expiry_races"]) == expect, (heard_at, ok, t["findings"])
         assert t["false_rejections"] == 0
+
+
+def test_a_holder_frozen_between_its_check_and_its_operation_is_a_pause_race_not_an_unsafe_overlap(tmp_path):
+    """The nemesis stops a's process (SIGSTOP sent at 1.401) just after a's check passed and before its
+    operation; c is granted once a's session has gone; a's operation arrives when it runs again. No lock can
+    stop that, only fencing: counted as a pause race when the register refused it, an accepted overlap when
+    it took it. A check that passed once the process ran again is a holder not told: an unsafe overlap."""
+    from lab.check import check_trial
+
+    for checked, ok, expect in ((1.4005, False, (0, 0, 1)), (1.4005, True, (1, 0, 1)), (6.45, False, (0, 1, 0))):
+        d = tmp_path / f"c{checked}-{ok}"
+        d.mkdir()
+        tr = Trial(d, ["fair"], faults=[("pause", 1.40, 6.40, 1, 1.401)])
+        tr.hold("fair", 1, "a", 0.9, 6.6, seq=1)
+        tr.hold("fair", 2, "c", 4.5, 5.5, seq=2)
+        tr.op("fair", 1.0, "a", 1, checked=0.99)
+        tr.op("fair", 4.6, "c", 2)
+        tr.op("fair", 5.4, "c", 2)
+        tr.op("fair", 6.5, "a", 1, checked=checked, ok=ok)
+        t = check_trial(str(d))["impls"]["fair"]["totals"]
+        assert (t["accepted_overlaps"], t["unsafe"], t["pause_races"]) == expect, (checked, ok, t["findings"])
+        assert t["false_rejections"] == 0 and t["expiry_races"] == 0
