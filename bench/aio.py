@@ -39,6 +39,7 @@ from kazoo.client import KazooClient  # noqa: E402
 from kazoo.protocol.states import EventType  # noqa: E402
 
 from bench import harness  # noqa: E402
+from zkrecipes import _kazoo  # noqa: E402
 from zkrecipes.testing import four_letter  # noqa: E402
 
 SMOKE = {"tasks": 40, "clients": 4, "handoffs": 20, "ops": 10, "blocks": 2, "reps": 1}
@@ -82,7 +83,7 @@ def _instrument_aio() -> None:
             _notified[_owner[self]] = time.perf_counter()
         on_watch(self, event)
 
-    AioDriver.__init__, AioDriver._on_watch = __init__, _on_watch
+    AioDriver.__init__, AioDriver._on_watch = __init__, _kazoo.on_io_thread(_on_watch)  # where the driver's runs
 
 
 def _instrument_threaded() -> None:
@@ -99,7 +100,7 @@ def _instrument_threaded() -> None:
             _notified[_owner[self]] = time.perf_counter()
         on_watch(self, event)
 
-    Driver.__init__, Driver._on_watch = __init__, _on_watch
+    Driver.__init__, Driver._on_watch = __init__, _kazoo.on_io_thread(_on_watch)
 
 
 def _wchc_sessions(hosts: str, full_path: str) -> Dict[str, int]:

@@ -114,7 +114,9 @@ def stamp_notifications(client: Any, reads: List[int], events: List[int]) -> Non
     """Stamp every watch notification ``client`` receives on CLOCK_MONOTONIC: when kazoo's I/O thread reads
     it off the socket (``reads``) and when kazoo's event thread starts a watch function for it (``events``).
     Bench-side wrapping of this client's ``ConnectionHandler._read_watch_event`` and handler's
-    ``dispatch_callback`` (kazoo 2.9-2.11); no library code is touched. One list append per stamp."""
+    ``dispatch_callback`` (kazoo 2.9-2.11), outside zkrecipes' own (a client our recipes will use is
+    attended first); no library code is touched. One list append per stamp. For our recipes' watches,
+    which kazoo's I/O thread runs itself, ``events`` is when that thread starts the watch function."""
     from kazoo.protocol.states import Callback
 
     conn, handler, mono = client._connection, client.handler, time.monotonic_ns
@@ -132,6 +134,8 @@ def stamp_notifications(client: Any, reads: List[int], events: List[int]) -> Non
                 events.append(mono())
                 return func(*args)
 
+            if getattr(func, "_zkrecipes_io_thread", False):  # zkrecipes runs it on the I/O thread: let it
+                stamped._zkrecipes_io_thread = True  # type: ignore[attr-defined]
             callback = Callback("watch", stamped, callback.args)
         return dispatch(callback)
 
@@ -139,10 +143,14 @@ def stamp_notifications(client: Any, reads: List[int], events: List[int]) -> Non
     handler.dispatch_callback = dispatch_callback
 
 
-def _connect(hosts: str, index: int, session: float, reads: List[int], events: List[int]) -> Any:
+def _connect(hosts: str, index: int, session: float, reads: List[int], events: List[int], ours: bool = False) -> Any:
     from kazoo.client import KazooClient
 
     client = KazooClient(hosts=_hosts_for(hosts, index), randomize_hosts=False, timeout=session)
+    if ours:
+        from zkrecipes import _kazoo
+
+        _kazoo.attend(client)  # as the recipe would, but under the stamps
     stamp_notifications(client, reads, events)
     client.start(60)
     return client
@@ -254,7 +262,7 @@ def _one_process(impl: str, hosts: str, path: str, index: int, threads: int, ses
         from zkrecipes import _kazoo
 
         _kazoo.NUDGE_AFTER = 1e9  # never a nudge, so never a wake-up for one
-    client = _connect(hosts, index, session, reads, events)
+    client = _connect(hosts, index, session, reads, events, ours=impl in OURS)
     try:
         ready()
         line = (go() or "").split()
@@ -640,7 +648,8 @@ def split(grants: Sequence[Tuple[str, int, int, int, int]], w0: int, w1: int, re
     the latest notification its kazoo I/O thread read between the previous holder's release() call and the
     acquire() return. *server*: release() call -> notification read (the delete, the server, the wire);
     *client*: notification read -> acquire() return, itself split at the start of the watch function on
-    kazoo's event thread into *dispatch* (I/O thread -> event thread) and *after event* (the recipe's work,
+    kazoo's event thread into *dispatch* (I/O thread -> event thread; zkrecipes' watch functions run on the
+    I/O thread itself, so theirs is the read's own remainder) and *after event* (the recipe's work,
     including any read it sends, to the acquire return). ``reads`` and ``events`` (ns, ascending) are per
     process. Hand-offs inside one process (``local``) need no notification; ``unmatched`` ones had none
     (the next holder found the lock free in its own listing). *tail*: the medians of the parts over the

@@ -121,12 +121,13 @@ def worker(impl: str, hosts: str, root: str, baseline: str | None = None) -> Non
 
 def wake_worker(hosts: str, root: str, handoffs: int) -> None:
     """Hand-off wake path: watch notification in the waiter's driver -> its acquire returning."""
-    from zkrecipes import FairLock, _drive
+    from zkrecipes import FairLock, _drive, _kazoo
 
     notified: list = []
     original = _drive.Driver._on_watch
 
-    def on_watch(self, event) -> None:  # the bench's own probe, on kazoo's event thread
+    @_kazoo.on_io_thread  # where the driver's own runs
+    def on_watch(self, event) -> None:  # the bench's own probe, on kazoo's I/O thread
         notified.append(time.perf_counter())
         original(self, event)
 

@@ -15,7 +15,7 @@ from kazoo.client import KazooClient
 from lockhelpers import assert_no_watch
 from test_aio import States, kids, run, until
 
-from zkrecipes import LockError, LockLost, LockTimeout, aio
+from zkrecipes import LockError, LockLost, LockTimeout, _kazoo, aio
 from zkrecipes import Semaphore as ThreadedSemaphore
 from zkrecipes.aio._driver import AioDriver
 from zkrecipes.testing import expire_session
@@ -74,7 +74,8 @@ def test_leases_go_in_queue_order_and_a_release_notifies_at_most_n(zk_ensemble, 
     told: Dict[int, int] = {}
     original = AioDriver._on_watch
 
-    def counting(driver, event):  # kazoo's event thread: one call per watch notification
+    @_kazoo.on_io_thread  # run where the driver's is
+    def counting(driver, event):  # kazoo's I/O thread: one call per watch notification
         told[id(driver.client)] = told.get(id(driver.client), 0) + 1
         return original(driver, event)
 

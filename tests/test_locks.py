@@ -171,7 +171,7 @@ class WatchCounter:
                     counter.events.setdefault(id(waiter.client), []).append(event)
             original(waiter, event)
 
-        monkeypatch.setattr(Driver, "_on_watch", counting)
+        monkeypatch.setattr(Driver, "_on_watch", _kazoo.on_io_thread(counting))  # run where the driver's is
 
     def count(self, client) -> int:
         with self._lock:

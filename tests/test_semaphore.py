@@ -10,7 +10,7 @@ import pytest
 from kazoo.client import KazooClient
 from lockhelpers import FAST_RECONNECT, Acquirer, StateLog, assert_no_watch, children, wait_until
 
-from zkrecipes import FairLock, LeaderElection, LockError, LockLost, ReadWriteLock, Semaphore
+from zkrecipes import FairLock, LeaderElection, LockError, LockLost, ReadWriteLock, Semaphore, _kazoo
 from zkrecipes._drive import Driver
 from zkrecipes.testing import Partition, expire_session
 
@@ -35,7 +35,7 @@ class WakeCounter:
                 counter.events.setdefault(id(driver.client), []).append(event.path)
             return original(driver, event)
 
-        monkeypatch.setattr(Driver, "_on_watch", counting)
+        monkeypatch.setattr(Driver, "_on_watch", _kazoo.on_io_thread(counting))  # run where the driver's is
 
     def count(self, client) -> int:
         with self._lock:

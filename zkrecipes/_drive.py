@@ -113,7 +113,8 @@ class Driver(Transport):
     def _on_session(self, event: str) -> None:
         self.interrupt()
 
-    def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only record and wake
+    @_kazoo.on_io_thread
+    def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only record and wake
         self._seen(event)
         self.interrupt()
 

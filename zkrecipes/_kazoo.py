@@ -15,7 +15,7 @@ import select
 import threading
 import time
 import weakref
-from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Deque, Dict, List, Optional, Sequence, Tuple, TypeVar
 
 import kazoo.exceptions
 from kazoo.client import KazooClient, TransactionRequest
@@ -376,11 +376,36 @@ def poll_select(
 
 def attend(client: KazooClient) -> None:
     """Our recipes use ``client``: its I/O thread selects with :func:`poll_select`, which nudges replies its
-    server sits on (kazoo's threading handler only; ``SequentialThreadingHandler.select``,
+    server sits on, and runs the watch functions marked :func:`on_io_thread` itself (kazoo's threading
+    handler only; ``SequentialThreadingHandler.select`` and ``dispatch_callback``,
     ``KazooClient._connection``, 2.9.0-2.11.0). Other clients of the process are left as kazoo made them."""
     handler = client.handler
     if type(handler) is SequentialThreadingHandler and "select" not in handler.__dict__:
         handler.select = functools.partial(poll_select, conn=client._connection)
+        handler.dispatch_callback = functools.partial(_dispatch, handler.dispatch_callback)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def on_io_thread(fn: F) -> F:
+    """Mark a watch function (or method) to be called on kazoo's I/O thread as it reads the notification,
+    not queued for kazoo's event thread: a waiter woken by it is one thread switch nearer (on a busy
+    machine each switch is a wait for a CPU). ``fn`` must be quick, never block, never call the client;
+    an exception from it is logged. Clients :func:`attend` did not reach queue it as usual."""
+    fn._zkrecipes_io_thread = True  # type: ignore[attr-defined]
+    return fn
+
+
+def _dispatch(queue: Callable[[Any], None], callback: Any) -> None:
+    """The handler's ``dispatch_callback`` (kazoo's I/O thread): a marked watch function now, the rest queued."""
+    if callback.type == "watch" and getattr(callback.func, "_zkrecipes_io_thread", False):
+        try:
+            callback.func(*callback.args)
+        except Exception:  # never into kazoo's I/O thread, which would stop reading
+            log.exception("a watch function failed")
+        return
+    queue(callback)
 
 
 def heard(client: KazooClient) -> Heard:

@@ -63,7 +63,7 @@ def client_closed(path: str) -> ClientClosed:
 
 class Transport:
     """The requests and bookkeeping of one run (one acquire, release or check), for both drivers. A
-    driver supplies :meth:`check`, ``_on_watch`` (kazoo's event thread) and ``_on_session`` (the
+    driver supplies :meth:`check`, ``_on_watch`` (kazoo's I/O thread) and ``_on_session`` (the
     session thread), and performs the waits its handlers yield."""
 
     __slots__ = ("client", "path", "deadline", "policy", "nowait", "_deleted", "_deleted_at", "_since",

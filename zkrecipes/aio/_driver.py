@@ -189,7 +189,8 @@ class AioDriver(Transport):
         if self._waiter is not None and self._wakeable:
             _settle(self._waiter)
 
-    def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's event thread: only hand over
+    @_kazoo.on_io_thread
+    def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only hand over
         call_soon(self.loop, self._wake, event)
 
     def _on_session(self, event: str) -> None:  # the session dispatcher thread
