@@ -191,6 +191,8 @@ class Transport:
         if not op.keep:
             self.unwatch()
             yield Woken(False)  # an older wake-up is used up (not with keep: a watch set just before may have fired)
+        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh: before we
+        # ask, as kazoo's I/O thread may tell us of this watch's deletion before we take in the reply
         sent: List[Any] = []
 
         def start() -> Any:
@@ -206,7 +208,6 @@ class Transport:
                 sent[-1].rawlink(_kazoo.forget_watch(self.client, op.path, self._on_watch))
                 yield Reply(sent[-1], time.monotonic() + _kazoo.session_timeout(self.client), cleanup=True)
             raise
-        self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh
         self._watched.add(op.path)
         return stat
 
