@@ -266,6 +266,35 @@ def test_a_holder_that_does_not_listen_learns_of_a_break_through_its_fence(zk, z
         assert zk.exists("/br-quiet") is None
 
 
+@pytest.mark.parametrize("front", ["threads", "asyncio"])
+def test_a_release_that_finds_its_node_broken_reports_the_hold_lost(zk, zk_factory, front):
+    """A hold broken just before its release, its owner not told yet (here: an object that does not
+    follow its node; the same for one whose watch notification is still on its way): the release's
+    delete finds the node gone in our live session, so the hold is reported lost ("lost" is set) rather
+    than released as if nothing happened; nothing else is deleted."""
+    operator = zk_factory()
+    if front == "threads":
+        lock = FairLock(zk, "/br/late")
+        assert lock.acquire(timeout=DEADLINE)
+        break_lock(operator, "/br/late", lock.token)
+        lock.release()
+    else:
+        lock = aio.FairLock(zk, "/br/late")
+
+        async def main() -> None:
+            assert await lock.acquire(timeout=DEADLINE)
+            await aio.break_lock(operator, "/br/late", lock.token)
+            await lock.release()
+
+        asyncio.run(main())
+    assert lock.lost.is_set()
+    assert children(zk, "/br/late") == []
+    again = FairLock(zk, "/br/late")  # the path works on
+    assert again.acquire(timeout=DEADLINE)
+    again.release()
+    assert not again.lost.is_set()
+
+
 def test_break_refuses_an_empty_path(zk):
     with pytest.raises(LockError, match="no holder"):
         break_lock(zk, "/br/nobody", 12345)

@@ -132,8 +132,11 @@ def never() -> bool:
     return False
 
 
-def delete(client: KazooClient, path: str, session: Optional[int], policy: Optional[tenacity.Retrying]) -> bool:
-    """Delete our node unless its session is gone (then False), outside any run (the session thread)."""
+def delete(
+    client: KazooClient, path: str, session: Optional[int], policy: Optional[tenacity.Retrying]
+) -> Optional[bool]:
+    """Delete our node unless its session is gone (then False; None if someone else had deleted it, see
+    :class:`~zkrecipes._engine.Delete`), outside any run (the session thread)."""
     return Driver(client, None, never, policy).run(_delete_step(path, session))
 
 
@@ -142,6 +145,6 @@ def drop_old(client: KazooClient, path: str, session: int, token: int, policy: O
     return Driver(client, None, never, policy).run(e.drop_old(path, session, token))
 
 
-def _delete_step(path: str, session: Optional[int]) -> e.Steps[bool]:
-    deleted: bool = yield e.Delete(path, session)
+def _delete_step(path: str, session: Optional[int]) -> e.Steps[Optional[bool]]:
+    deleted: Optional[bool] = yield e.Delete(path, session)
     return deleted

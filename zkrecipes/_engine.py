@@ -126,7 +126,10 @@ class Watch(NamedTuple):
 class Delete(NamedTuple):
     """Delete our node ``path`` unless the client's session is no longer ``session``; never bounded by the
     acquire's deadline (it cleans up). Without a connection it waits for one until ``gone()`` says the
-    session is gone. Answer: False if the session (and the node with it) was gone."""
+    session is gone. Answer: True once deleted, False if the session (and the node with it) was gone, None
+    if the node was gone before our delete reached the server, in our live session: someone else deleted
+    it (``break_lock``, an operator). (A delete retried after a lost connection may find the node its
+    first try removed: that answers True.)"""
 
     path: str
     session: Optional[int]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -31,6 +32,8 @@ from ._engine import Delete, Steps, WaitGate, drop_old
 from .errors import LockError, LockLost
 from .naming import LEASE, READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
+
+log = logging.getLogger("zkrecipes.gate")
 
 Owner = Hashable  # a threading.Thread (never an ident: a new thread may reuse one), or an asyncio task
 # a side's recipe in messages, when the caller does not name its own (a lock's ``_title``)
@@ -365,16 +368,22 @@ def finish_leave(gate: Gate, left: LeaveResult) -> Steps[None]:
 
 def release_hold(hold: Any) -> Steps[None]:
     """Delete a hold's node and stop following it. Without a connection, wait for one until the hold is
-    declared lost; a session found gone marks the hold lost (its owner is told even this late). A lost
-    hold's node, if its session lives on after all, is deleted when the client reconnects, or now if the
-    client has moved to a new session (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
+    declared lost; a session found gone, or a node someone else deleted (``break_lock``), marks the hold
+    lost (its owner is told even this late). A lost hold's node, if its session lives on after all, is
+    deleted when the client reconnects, or now if the client has moved to a new session
+    (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
     hold.releasing = True
+    deleted: Optional[bool] = False
     try:
-        # (a Delete in a session other than the hold's deletes nothing and answers False)
-        if hold.state != LOST and not (yield Delete(hold.node, hold.session, lambda: hold.state == LOST)):
-            hold.mark_lost()
-        if hold.state == LOST:  # its owner told first; then its node, if a session we gave up keeps it
-            yield from drop_old(hold.node, hold.session, hold.token)
+        if hold.state != LOST:
+            # (a Delete in a session other than the hold's deletes nothing and answers False)
+            deleted = yield Delete(hold.node, hold.session, lambda: hold.state == LOST)
+            if deleted is None:  # broken just before this release, and not told yet
+                log.warning("hold %s: its node was deleted by someone else (broken): lost", hold.node)
+            if not deleted:
+                hold.mark_lost()
+        if hold.state == LOST and deleted is not None:  # its owner told first; then its node, if a session
+            yield from drop_old(hold.node, hold.session, hold.token)  # we gave up keeps it
     finally:
         hold.close()
         hooks = _metrics.installed

@@ -215,14 +215,20 @@ class Transport:
         """Delete our node (idempotent) unless its session is gone; never bounded by the run's deadline
         or cancel (it cleans up), at most 30 s."""
 
+        tries = 0
+
         def start() -> Any:
+            nonlocal tries
             sid = _kazoo.session_id(self.client)
             if op.session is not None and sid is not None and sid != op.session:
                 raise e.SessionGone()  # our session is gone, and the node with it: never delete a successor's
+            tries += 1
             return _kazoo.delete_async(self.client, op.path)  # queued by kazoo until reconnected
 
         try:
             yield from self._call(start, time.monotonic() + 30.0, cleanup=True, gone=op.gone)
+        except NoNodeError:
+            return None if tries == 1 else True  # gone before our only try: deleted by someone else
         except Exception as exc:
             return e.delete_answer(op.path, exc)
         return True
