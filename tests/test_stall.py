@@ -49,16 +49,21 @@ CHILD = textwrap.dedent(
         release()
         print(json.dumps({"lost": holder.lost.is_set(), "states": states}), flush=True)
         sys.exit(0)
-    if action == "settle":  # kazoo may drop the connection when its read timer ran out across the freeze:
-        until = time.monotonic() + 10  # while it reconnects check() rightly refuses (suspended), so wait
-        while not zk.connected and time.monotonic() < until:
+    until = time.monotonic() + 10
+    while True:
+        if action == "settle":  # kazoo may drop the connection when its read timer ran out across the
+            while not zk.connected and time.monotonic() < until:  # freeze, also a moment after resuming:
+                time.sleep(0.01)  # while it reconnects check() rightly refuses (suspended), so wait
+        first_held = held()
+        try:
+            holder.check()
+            checked = "passed"
+            break
+        except LockLost as exc:
+            checked = "LockLost: " + str(exc)
+            if action != "settle" or holder.lost.is_set() or time.monotonic() >= until:
+                break  # (settle: a refusal while suspended is retried; a hold lost is final)
             time.sleep(0.01)
-    first_held = held()
-    try:
-        holder.check()
-        checked = "passed"
-    except LockLost as exc:
-        checked = "LockLost: " + str(exc)
     print(json.dumps({"held": first_held, "check": checked}), flush=True)
     sys.stdin.readline()
     # a stall the session thread notices only after check() confirmed is confirmed again in the
