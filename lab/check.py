@@ -338,7 +338,8 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
                 totals["findings"].append({"what": RACE_FINDINGS[kind], "t": ops[0]["t"], "hold": hid,
                                            "after_grant_of": first["id"], "ops": len(ops),
                                            "accepted": sum(1 for r in ops if r["ok"])})
-        late = [r for r in late if not any(r is e for e, _ in excused)]
+        excused_ids = {id(r) for r, _ in excused}
+        late = [r for r in late if id(r) not in excused_ids]
         if not late:
             continue
         n_unsafe += 1

@@ -216,7 +216,8 @@ def capacity(path: str, res: dict, impl: str, n: int) -> None:
                                    "checked": rec.get("checked"), "accepted": rec["ok"]})
     totals["expiry_races"] = sum(1 for _, kind in raced if kind == "expiry")
     totals["pause_races"] = sum(1 for _, kind in raced if kind == "pause")
-    log = [rec for rec in log if rec["seq"] not in {r["seq"] for r, _ in raced}]
+    raced_seqs = {r["seq"] for r, _ in raced}
+    log = [rec for rec in log if rec["seq"] not in raced_seqs]
     accepted = [rec for rec in log if rec["ok"] and rec.get("hold")]
     spans: dict = {}
     for i, rec in enumerate(accepted):

@@ -506,10 +506,12 @@ def _make_parent(path: str, acl: Sequence[ACL], container: bool) -> Steps[None]:
         yield from _make_parent(path, acl, False)
 
 
-def delete_answer(path: str, error: Optional[BaseException]) -> bool:
-    """A driver's answer to :class:`Delete` from how its attempts ended (``error``: None if deleted)."""
-    if error is None or isinstance(error, NoNodeError):
+def delete_answer(path: str, error: Optional[BaseException], tries: int = 1) -> Optional[bool]:
+    """A driver's answer to :class:`Delete` from how its ``tries`` attempts ended (``error``: None if deleted)."""
+    if error is None:
         return True
+    if isinstance(error, NoNodeError):
+        return None if tries == 1 else True  # gone before our only try: someone else deleted it
     if isinstance(error, (SessionExpiredError, SessionGone)):
         return False
     log.error("could not delete %s; it goes when the session ends", path, exc_info=error)

@@ -373,17 +373,18 @@ def release_hold(hold: Any) -> Steps[None]:
     deleted when the client reconnects, or now if the client has moved to a new session
     (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
     hold.releasing = True
-    deleted: Optional[bool] = False
     try:
         if hold.state != LOST:
             # (a Delete in a session other than the hold's deletes nothing and answers False)
             deleted = yield Delete(hold.node, hold.session, lambda: hold.state == LOST)
-            if deleted is None:  # broken just before this release, and not told yet
+            if deleted is None:  # broken just before this release, and not told yet: no node left to drop
                 log.warning("hold %s: its node was deleted by someone else (broken): lost", hold.node)
+                hold.mark_lost()
+                return
             if not deleted:
                 hold.mark_lost()
-        if hold.state == LOST and deleted is not None:  # its owner told first; then its node, if a session
-            yield from drop_old(hold.node, hold.session, hold.token)  # we gave up keeps it
+        if hold.state == LOST:  # its owner told first; then its node, if a session we gave up keeps it
+            yield from drop_old(hold.node, hold.session, hold.token)
     finally:
         hold.close()
         hooks = _metrics.installed

@@ -227,10 +227,8 @@ class Transport:
 
         try:
             yield from self._call(start, time.monotonic() + 30.0, cleanup=True, gone=op.gone)
-        except NoNodeError:
-            return None if tries == 1 else True  # gone before our only try: deleted by someone else
         except Exception as exc:
-            return e.delete_answer(op.path, exc)
+            return e.delete_answer(op.path, exc, tries)
         return True
 
     def _delete_old(self, op: e.DeleteOld) -> Handler:
