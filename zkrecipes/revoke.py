@@ -164,7 +164,8 @@ def break_lock(client: KazooClient, path: str, token: int) -> str:
     """Delete exactly the holder's node of ``path`` whose fencing token (czxid) is ``token``; returns its
     name. The holder, if it listens (see :attr:`FairLock.revoke_requested
     <zkrecipes.FairLock.revoke_requested>`), sees its hold lost at once; any holder's fenced transaction
-    refuses from then on.
+    refuses from then on -- except an ExclusiveLock's, once the next holder has made ``lock`` again
+    (docs/revocation.rst: its fence and release see a node at that path).
 
     Raises LockError, deleting nothing, when no current holder has that token: another holder's, a
     waiter's, a node gone. The delete is conditional on the data version read with the token: a queue's
