@@ -115,6 +115,7 @@ class Driver(Transport):
 
     @_kazoo.on_io_thread
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only record and wake
+        self._prefetch(event)
         self._seen(event)
         self.interrupt()
 

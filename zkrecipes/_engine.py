@@ -117,10 +117,14 @@ class Watch(NamedTuple):
     """Set a data watch on ``path``; answer its stat, or None if the node is gone (no watch).
 
     Without ``keep`` it is our only watch: the driver drops any other first. With ``keep`` it is added to
-    the watches set since the last Watch without ``keep`` (the driver keeps a set of watched paths)."""
+    the watches set since the last Watch without ``keep`` (the driver keeps a set of watched paths).
+    With ``listing``: when this node goes, the steps will list that parent next; the driver may send that
+    listing as it hears of the deletion (before the waiting thread or task runs) and answer the next
+    ``Read("get_children", listing)`` with it."""
 
     path: str
     keep: bool = False
+    listing: Optional[str] = None
 
 
 class Delete(NamedTuple):
@@ -336,9 +340,11 @@ def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watche
     paths = {f"{parent}/{b.name}": b for b in blockers}
     if not watched <= paths.keys():
         watched.clear()  # the blockers changed other than by deletion: set every watch afresh
-    for path in paths:
+    for path, b in paths.items():
         if path not in watched:
-            if (yield Watch(path, keep=bool(watched))) is None:
+            # a blocker with unwatched nodes before it: its deletion is followed by a listing (below)
+            relist = any(f"{parent}/{n.name}" not in paths for n in ahead[:ahead.index(b)]) if b in ahead else True
+            if (yield Watch(path, keep=bool(watched), listing=parent if relist else None)) is None:
                 return True
             watched.add(path)
     deleted = yield SLEEP

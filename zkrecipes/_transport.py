@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Set
+from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -67,7 +67,10 @@ class Transport:
     session thread), and performs the waits its handlers yield."""
 
     __slots__ = ("client", "path", "deadline", "policy", "nowait", "_deleted", "_deleted_at", "_since",
-                 "_watched", "_session")
+                 "_watched", "_session", "_relist", "_listing", "_ready")
+    _relist: Dict[str, str]  # watched path -> the parent listed once it goes (Watch.listing)
+    _listing: Optional[Tuple[str, Any, str]]  # (parent, that listing, the deleted path), sent as it was heard
+    _ready: Optional[Tuple[str, Any, str]]  # the one the next read may take (set by SLEEP)
 
     def __init__(
         self, client: KazooClient, deadline: Optional[float], policy: Optional[tenacity.Retrying], nowait: bool,
@@ -157,6 +160,14 @@ class Transport:
         return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     def _read(self, op: e.Read) -> Handler:
+        if self._session is not None:  # the run watched: the listing sent as a deletion was heard?
+            ready, self._ready = self._ready, None
+            if ready is not None and ready[0] == op.path and op.kind == "get_children" and not (op.once or op.synced):
+                yield Reply(ready[1])
+                try:
+                    return ready[1].get(block=False)
+                except retry.TRANSIENT:
+                    pass  # ask again, retried as any read
         read = getattr(self.client, op.kind + "_async")
         synced: List[Any] = []
 
@@ -193,6 +204,9 @@ class Transport:
             yield Woken(False)  # an older wake-up is used up (not with keep: a watch set just before may have fired)
         self._deleted.discard(op.path)  # a path made again (ExclusiveLock's node) is watched afresh: before we
         # ask, as kazoo's I/O thread may tell us of this watch's deletion before we take in the reply
+        self._listing = self._ready = None
+        if op.listing is not None:
+            self._relist[op.path] = op.listing
         sent: List[Any] = []
 
         def start() -> Any:
@@ -259,6 +273,8 @@ class Transport:
         """SLEEP: the watched paths deleted (at once if some already are), else after a wake-up."""
         yield Woken(not bool(self._watched & self._deleted))
         gone = frozenset(self._watched & self._deleted)  # a fired watch is gone from the server and kazoo
+        listing, self._listing = self._listing, None
+        self._ready = listing if listing is not None and listing[2] in gone else None  # sent after this news
         self._watched -= gone
         return gone
 
@@ -297,6 +313,8 @@ class Transport:
             self._deleted: Set[str] = set()
             self._deleted_at: Optional[float] = None
             self._watched: Set[str] = set()  # paths our data watches are on
+            self._relist = {}
+            self._listing = self._ready = None
             self._since = time.monotonic()
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
@@ -305,6 +323,14 @@ class Transport:
         if event.type == EventType.DELETED:
             self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
             self._deleted_at = time.monotonic()
+
+    def _prefetch(self, event: WatchedEvent) -> None:
+        """A driver's watch function (kazoo's I/O thread): a watched node whose deletion the steps follow
+        with a listing is gone: send that listing now, a thread or task wake-up earlier."""
+        if event.type == EventType.DELETED:
+            parent = self._relist.get(event.path)
+            if parent is not None:
+                self._listing = (parent, self.client.get_children_async(parent), event.path)
 
     def _stale(self) -> bool:
         """True if a grant now would rest on old news: the process stood still while we waited (GC pause,
@@ -324,6 +350,7 @@ class Transport:
         for path in self._watched:
             _kazoo.remove_data_watch(self.client, path, self._on_watch)
         self._watched.clear()
+        self._relist.clear()
 
     def close(self) -> None:
         """Drop our watches and the session subscription (the run is over)."""

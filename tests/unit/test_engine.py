@@ -47,7 +47,7 @@ def test_waits_on_its_predecessor_only_and_needs_no_relisting_when_it_goes():
     start(gen)
     listing = ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"]
     op = created(gen, (("/p/h-W-0000000003", stat()), listing))
-    assert op == p.Watch("/p/h-W-0000000002")  # one watch: the node just ahead
+    assert op == p.Watch("/p/h-W-0000000002", listing="/p")  # one watch: the node just ahead (then a listing)
     assert gen.send(stat(5)) is p.SLEEP
     assert gen.send(frozenset({"/p/h-W-0000000002"})) == p.Read("get_children", "/p")  # nodes ahead may be gone
     # the head of the listing going needs no read: nodes only join behind us
@@ -110,8 +110,8 @@ def test_a_lease_watches_its_n_nearest_and_reads_only_when_unwatched_nodes_remai
     start(gen)
     listing = [lease(1), lease(2), lease(3), lease(4), lease(5)]
     # four ahead, two leases: blocked by the two nearest, both watched (the second added to the first)
-    assert created(gen, (("/s/" + lease(5), stat()), listing)) == p.Watch("/s/" + lease(3), keep=False)
-    assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True)
+    assert created(gen, (("/s/" + lease(5), stat()), listing)) == p.Watch("/s/" + lease(3), listing="/s")
+    assert gen.send(stat(3)) == p.Watch("/s/" + lease(4), keep=True, listing="/s")
     assert gen.send(stat(4)) is p.SLEEP
     # one of ours went; 1 and 2, further ahead, may have gone unseen: one listing, not a read per node
     assert gen.send(frozenset({"/s/" + lease(4)})) == p.Read("get_children", "/s")
@@ -129,7 +129,8 @@ def test_a_lease_watches_its_n_nearest_and_reads_only_when_unwatched_nodes_remai
 def test_a_blocker_already_gone_makes_a_lease_list_again_not_walk_its_old_listing():
     gen = new_sem()
     start(gen)
-    assert created(gen, (("/s/" + lease(9), stat()), [lease(i) for i in range(1, 10)])) == p.Watch("/s/" + lease(7))
+    leases = [lease(i) for i in range(1, 10)]
+    assert created(gen, (("/s/" + lease(9), stat()), leases)) == p.Watch("/s/" + lease(7), listing="/s")
     assert gen.send(None) == p.Read("get_children", "/s")  # gone already: our listing is old
     assert gen.send([lease(8), lease(9)]) is p.SESSION
     assert gen.send(SID) is p.STALE
@@ -315,7 +316,7 @@ def test_a_waiter_relisting_is_not_refused_by_a_later_exclusive_node():
     gen = new()
     start(gen)
     listing = ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"]
-    assert created(gen, (("/p/h-W-0000000003", stat()), listing)) == p.Watch("/p/h-W-0000000002")
+    assert created(gen, (("/p/h-W-0000000003", stat()), listing)) == p.Watch("/p/h-W-0000000002", listing="/p")
     assert gen.send(stat(5)) is p.SLEEP
     assert gen.send(frozenset({"/p/h-W-0000000002"})) == p.Read("get_children", "/p")
     # an ExclusiveLock created ``lock`` after our node: it refuses itself; we go on waiting

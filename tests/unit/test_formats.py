@@ -143,7 +143,7 @@ def test_a_relisting_that_finds_a_foreign_node_deletes_our_node():
     gen = p.acquire("/p", [], "h-W-", b"{}", "g", predecessor)
     gen.send(None)
     reply = (("/p/h-W-0000000003", stat), ["h-W-0000000001", "h-W-0000000002", "h-W-0000000003"], sid)
-    assert gen.send(reply) == p.Watch("/p/h-W-0000000002")
+    assert gen.send(reply) == p.Watch("/p/h-W-0000000002", listing="/p")
     assert gen.send(stat) is p.SLEEP
     assert gen.send(frozenset({"/p/h-W-0000000002"})) == p.Read("get_children", "/p")
     assert gen.send(["h-W-0000000001", "h-W-0000000003", f"{CURATOR_ID}lock-0000000004"]) == p.Delete(

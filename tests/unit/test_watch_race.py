@@ -42,3 +42,89 @@ def test_a_deletion_told_before_the_waiter_took_in_its_watchs_reply_still_wakes_
         assert finish(sleep) == frozenset({"/q/lock-0000000001"})
     finally:
         driver.close()
+
+
+
+def _watched_driver(listing, paths=("/q/lock-0000000002",)):
+    """A driver on a never-started client with data watches on ``paths`` (each ``get`` answered at once,
+    each Watch with ``listing``); ``get_children`` calls are recorded, answered by results the test sets."""
+    client = KazooClient(hosts="127.0.0.1:1")
+    client._session_id, client._state = 0x5EED, KeeperState.CONNECTED
+    got = client.handler.async_result()
+    got.set((b"", ZnodeStat(9, 9, 0, 0, 0, 0, 0, 0, 0, 0, 9)))
+    client.get_async = lambda path, watch=None: got
+    sent = []
+
+    def get_children_async(path):
+        sent.append((path, client.handler.async_result()))
+        return sent[-1][1]
+
+    client.get_children_async = get_children_async
+    driver = Driver(client, None, never, None)
+    for i, path in enumerate(paths):
+        watch = driver._watch(e.Watch(path, keep=i > 0, listing=listing))
+        op = next(watch)
+        if op == Woken(False):
+            op = watch.send(None)
+        assert type(op) is Reply
+        finish(watch)
+    return driver, sent
+
+
+def slept(driver):
+    """The paths a SLEEP finds deleted, which must be known already (no wait)."""
+    sleep = driver._sleep(e.SLEEP)
+    assert next(sleep) == Woken(False)
+    return finish(sleep)
+
+
+def deleted(path):
+    return WatchedEvent(EventType.DELETED, KeeperState.CONNECTED, path)
+
+
+def test_the_listing_a_deletion_calls_for_is_sent_as_the_deletion_is_heard_and_answers_the_next_read():
+    """A watch whose node's deletion the steps follow with a listing (``Watch.listing``): the watch
+    function sends that listing at once (kazoo's I/O thread, before the waiting thread runs), and the
+    steps' next ``get_children`` of that parent is answered by it; a later read sends its own, and a
+    watch without ``listing`` (the head of the queue: no read follows) sends nothing."""
+    driver, sent = _watched_driver("/q")
+    try:
+        driver._on_watch(deleted("/q/lock-0000000002"))
+        assert [path for path, _ in sent] == ["/q"]  # sent by the watch function itself
+        assert slept(driver) == frozenset({"/q/lock-0000000002"})
+        sent[0][1].set(["lock-0000000003"])
+        read = driver._read(e.Read("get_children", "/q"))
+        assert next(read) == Reply(sent[0][1])  # no second request
+        assert finish(read) == ["lock-0000000003"] and len(sent) == 1
+        read = driver._read(e.Read("get_children", "/q"))  # taken once: a later read asks again
+        next(read)
+        assert len(sent) == 2
+    finally:
+        driver.close()
+    driver, sent = _watched_driver(None)
+    try:
+        driver._on_watch(deleted("/q/lock-0000000002"))
+        assert sent == []
+    finally:
+        driver.close()
+
+
+def test_a_listing_sent_for_an_earlier_deletion_never_answers_a_later_sleeps_read():
+    """The watch function can send its listing just after the waiting thread took in the wake-up it
+    belongs to: that listing is older than the next deletion, so the read after the next sleep is sent
+    afresh."""
+    driver, sent = _watched_driver("/q", ("/q/lock-0000000002", "/q/lock-0000000003"))
+    try:
+        driver._deleted.add("/q/lock-0000000002")  # the deletion recorded, the sleep taken in ...
+        assert slept(driver) == frozenset({"/q/lock-0000000002"})
+        driver._on_watch(deleted("/q/lock-0000000002"))  # ... before the watch function sent the listing
+        read = driver._read(e.Read("get_children", "/q"))
+        next(read)
+        assert len(sent) == 2  # the steps' own read
+        driver._deleted.add("/q/lock-0000000003")  # the other watched node goes; its notification is late
+        assert slept(driver) == frozenset({"/q/lock-0000000003"})
+        read = driver._read(e.Read("get_children", "/q"))
+        next(read)
+        assert len(sent) == 3  # not the listing sent for lock-0000000002's deletion
+    finally:
+        driver.close()

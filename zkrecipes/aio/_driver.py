@@ -191,6 +191,7 @@ class AioDriver(Transport):
 
     @_kazoo.on_io_thread
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only hand over
+        self._prefetch(event)
         call_soon(self.loop, self._wake, event)
 
     def _on_session(self, event: str) -> None:  # the session dispatcher thread
