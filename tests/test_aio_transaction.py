@@ -10,7 +10,7 @@ from test_aio import States, run
 from test_transaction import assert_refused_and_nothing_applied, refused_ops
 
 from zkrecipes import LockError, LockLost, TransactionFailed, aio
-from zkrecipes.testing import expire_session
+from zkrecipes.testing import Partition, expire_session
 
 
 class Elected:
@@ -147,21 +147,30 @@ def test_the_commit_is_refused_without_a_hold_after_release_and_in_sync_form(zk)
     run(body)
 
 
-def test_the_loop_keeps_running_while_a_commit_waits_for_its_reply(zk):
-    """The commit is awaited (kazoo's reply handed to the loop), not a blocking get on the loop's thread."""
+def test_the_loop_keeps_running_while_a_commit_waits_for_its_reply(zk_ensemble, zk_factory):
+    """The commit is awaited (kazoo's reply handed to the loop), not a blocking get on the loop's thread:
+    with the reply held back (the link frozen, the connection open), other tasks run until it comes.
+    (A reply can come back before the commit task first yields, so the link is frozen, not raced.)"""
+    with Partition(zk_ensemble.hosts) as link:
+        client = zk_factory(hosts=link.hosts)
 
-    async def body() -> None:
-        lock = aio.FairLock(zk, "/nonblocking")
-        async with lock:
-            tx = lock.transaction()
-            tx.create("/nb", b"")
-            commit = asyncio.create_task(tx.commit())
-            await asyncio.sleep(0)  # the commit task runs up to its first await: the multi is on the wire
-            assert not commit.done()  # a commit that blocked the loop would be over before we ran again
-            assert await commit == ["/nb"]
-        assert zk.exists("/nb") is not None
+        async def body() -> None:
+            lock = aio.FairLock(client, "/nonblocking")
+            async with lock:
+                tx = lock.transaction()
+                tx.create("/nb", b"")
+                link.freeze()
+                commit = asyncio.create_task(tx.commit())
+                ticks = 0
+                while ticks < 5:  # a commit that blocked the loop would stop these until the reply
+                    await asyncio.sleep(0.02)
+                    ticks += 1
+                assert not commit.done()
+                link.heal()
+                assert await commit == ["/nb"]
+            assert client.exists("/nb") is not None
 
-    run(body)
+        run(body)
 
 
 def test_a_transaction_too_big_for_the_server_is_refused_before_sending_aio(zk):
