@@ -201,12 +201,15 @@ def test_a_cancel_landing_while_the_create_is_in_flight_leaves_no_node(zk_ensemb
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-        # an abandoned create is deleted when its reply comes
-        await until(lambda: kids(holder_client, "/f") == expected, 10, "abandoned creates deleted")
+        # every create is in once a sync sent after them is answered (read on the waiter's own server: the
+        # holder's may be a follower that has not applied them yet); an abandoned one is deleted when its
+        # reply comes
+        await asyncio.get_running_loop().run_in_executor(None, waiter_client.sync, "/f")
+        await until(lambda: kids(waiter_client, "/f") == expected, 10, "abandoned creates deleted")
 
     run(body)
     waiter_client.sync("/f")
-    assert kids(holder_client, "/f") == expected
+    assert kids(waiter_client, "/f") == expected
     assert_no_watch(waiter_client, "/f", zk_ensemble)
     if contended:
         holder.release()
