@@ -20,7 +20,21 @@ later, since nodes only join behind; a queue free then is raced for as usual.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Sequence, Set, Tuple, TypeVar, Union
+from typing import (
+    AbstractSet,
+    Any,
+    Callable,
+    Dict,
+    Generator,
+    List,
+    NamedTuple,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+    Union,
+)
 
 from kazoo.exceptions import (
     ConnectionClosedError,
@@ -342,8 +356,8 @@ def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watche
         watched.clear()  # the blockers changed other than by deletion: set every watch afresh
     for path, b in paths.items():
         if path not in watched:
-            # a blocker with unwatched nodes before it: its deletion is followed by a listing (below)
-            relist = any(f"{parent}/{n.name}" not in paths for n in ahead[:ahead.index(b)]) if b in ahead else True
+            # its deletion alone will not vouch for the nodes before it: a listing follows (below)
+            relist = b not in ahead or _unvouched(parent, ahead[:ahead.index(b)], paths.keys())
             if (yield Watch(path, keep=bool(watched), listing=parent if relist else None)) is None:
                 return True
             watched.add(path)
@@ -355,11 +369,15 @@ def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watche
     watched.difference_update(deleted)
     if not gone:
         return False
-    first = min(ahead.index(b) for b in gone)
-    unvouched = any(f"{parent}/{n.name}" not in watched for n in ahead[:first])
+    unvouched = _unvouched(parent, ahead[:min(ahead.index(b) for b in gone)], watched)
     for b in gone:
         ahead.remove(b)
     return unvouched
+
+
+def _unvouched(parent: str, nodes: List[QueueNode], watched: AbstractSet[str]) -> bool:
+    """True if one of ``nodes`` (ahead of a blocker) has no watch among ``watched``: it may be gone unseen."""
+    return any(f"{parent}/{n.name}" not in watched for n in nodes)
 
 
 def _ahead(parent: str, entry: Entry, fmt: NodeFormat) -> Steps[Optional[List[QueueNode]]]:
