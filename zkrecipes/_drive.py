@@ -115,9 +115,12 @@ class Driver(Transport):
 
     @_kazoo.on_io_thread
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only record and wake
-        self._prefetch(event)
+        listing = self._prefetch(event)
         self._seen(event)
-        self.interrupt()
+        if listing is None:
+            self.interrupt()
+        else:  # the steps' next need is that listing: wake once it is in, one wake-up instead of two
+            _kazoo.when_ready(listing, self.interrupt)
 
     def check(self) -> None:
         if self.cancelled():

@@ -511,6 +511,21 @@ def create_and_list(
     return results[0], (results[1] if parent is not None else None)
 
 
+def list_children(client: KazooClient, parent: str) -> AsyncResult:
+    """Send a get_children of ``parent`` (no watch) from any thread, kazoo's I/O thread included: the hot
+    path's result, whose :meth:`Result.on_ready` runs as the reply is read."""
+    return submit(client, [GetChildren(client.chroot + parent, None)])[0]
+
+
+def when_ready(ar: AsyncResult, fn: Callable[[], None]) -> None:
+    """Call ``fn()`` once ``ar`` is ready: on kazoo's I/O thread for the hot path's results (one thread
+    switch less), on the completion thread for kazoo's own; now if it is ready."""
+    if type(ar) is Result:
+        ar.on_ready(fn)
+    else:
+        ar.rawlink(lambda _ar: fn())
+
+
 def delete_async(client: KazooClient, path: str) -> AsyncResult:
     """Send a delete of ``path`` (any version) without kazoo's path normalisation, which our own paths
     do not need. Same request as ``client.delete_async(path)``."""

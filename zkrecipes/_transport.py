@@ -324,13 +324,17 @@ class Transport:
             self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
             self._deleted_at = time.monotonic()
 
-    def _prefetch(self, event: WatchedEvent) -> None:
+    def _prefetch(self, event: WatchedEvent) -> Any:
         """A driver's watch function (kazoo's I/O thread): a watched node whose deletion the steps follow
-        with a listing is gone: send that listing now, a thread or task wake-up earlier."""
+        with a listing is gone: send that listing now, a thread or task wake-up earlier. Its result, or
+        None: the driver wakes the run once it is in (it fails too if the connection drops)."""
         if event.type == EventType.DELETED:
             parent = self._relist.get(event.path)
             if parent is not None:
-                self._listing = (parent, self.client.get_children_async(parent), event.path)
+                listing = _kazoo.list_children(self.client, parent)
+                self._listing = (parent, listing, event.path)
+                return listing
+        return None
 
     def _stale(self) -> bool:
         """True if a grant now would rest on old news: the process stood still while we waited (GC pause,

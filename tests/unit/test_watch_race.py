@@ -4,9 +4,11 @@ notification are handed in by the test, in the order a busy client can see them)
 from __future__ import annotations
 
 from kazoo.client import KazooClient
+from kazoo.exceptions import ConnectionLoss
 from kazoo.protocol.states import EventType, KeeperState, WatchedEvent, ZnodeStat
 
 from zkrecipes import _engine as e
+from zkrecipes import _kazoo
 from zkrecipes._drive import Driver, never
 from zkrecipes._transport import Reply, Woken
 
@@ -45,9 +47,9 @@ def test_a_deletion_told_before_the_waiter_took_in_its_watchs_reply_still_wakes_
 
 
 
-def _watched_driver(listing, paths=("/q/lock-0000000002",)):
+def _watched_driver(monkeypatch, listing, paths=("/q/lock-0000000002",)):
     """A driver on a never-started client with data watches on ``paths`` (each ``get`` answered at once,
-    each Watch with ``listing``); ``get_children`` calls are recorded, answered by results the test sets."""
+    each Watch with ``listing``); listings sent are recorded, answered by results the test sets."""
     client = KazooClient(hosts="127.0.0.1:1")
     client._session_id, client._state = 0x5EED, KeeperState.CONNECTED
     got = client.handler.async_result()
@@ -55,11 +57,12 @@ def _watched_driver(listing, paths=("/q/lock-0000000002",)):
     client.get_async = lambda path, watch=None: got
     sent = []
 
-    def get_children_async(path):
-        sent.append((path, client.handler.async_result()))
+    def list_children(c, path):
+        sent.append((path, _kazoo.Result(c.handler)))
         return sent[-1][1]
 
-    client.get_children_async = get_children_async
+    monkeypatch.setattr(_kazoo, "list_children", list_children)
+    monkeypatch.setattr(client, "get_children_async", lambda path: list_children(client, path))  # the steps' own
     driver = Driver(client, None, never, None)
     for i, path in enumerate(paths):
         watch = driver._watch(e.Watch(path, keep=i > 0, listing=listing))
@@ -82,12 +85,12 @@ def deleted(path):
     return WatchedEvent(EventType.DELETED, KeeperState.CONNECTED, path)
 
 
-def test_the_listing_a_deletion_calls_for_is_sent_as_the_deletion_is_heard_and_answers_the_next_read():
+def test_the_listing_a_deletion_calls_for_is_sent_as_the_deletion_is_heard_and_answers_the_next_read(monkeypatch):
     """A watch whose node's deletion the steps follow with a listing (``Watch.listing``): the watch
     function sends that listing at once (kazoo's I/O thread, before the waiting thread runs), and the
     steps' next ``get_children`` of that parent is answered by it; a later read sends its own, and a
     watch without ``listing`` (the head of the queue: no read follows) sends nothing."""
-    driver, sent = _watched_driver("/q")
+    driver, sent = _watched_driver(monkeypatch, "/q")
     try:
         driver._on_watch(deleted("/q/lock-0000000002"))
         assert [path for path, _ in sent] == ["/q"]  # sent by the watch function itself
@@ -101,7 +104,7 @@ def test_the_listing_a_deletion_calls_for_is_sent_as_the_deletion_is_heard_and_a
         assert len(sent) == 2
     finally:
         driver.close()
-    driver, sent = _watched_driver(None)
+    driver, sent = _watched_driver(monkeypatch, None)
     try:
         driver._on_watch(deleted("/q/lock-0000000002"))
         assert sent == []
@@ -109,11 +112,11 @@ def test_the_listing_a_deletion_calls_for_is_sent_as_the_deletion_is_heard_and_a
         driver.close()
 
 
-def test_a_listing_sent_for_an_earlier_deletion_never_answers_a_later_sleeps_read():
+def test_a_listing_sent_for_an_earlier_deletion_never_answers_a_later_sleeps_read(monkeypatch):
     """The watch function can send its listing just after the waiting thread took in the wake-up it
     belongs to: that listing is older than the next deletion, so the read after the next sleep is sent
     afresh."""
-    driver, sent = _watched_driver("/q", ("/q/lock-0000000002", "/q/lock-0000000003"))
+    driver, sent = _watched_driver(monkeypatch, "/q", ("/q/lock-0000000002", "/q/lock-0000000003"))
     try:
         driver._deleted.add("/q/lock-0000000002")  # the deletion recorded, the sleep taken in ...
         assert slept(driver) == frozenset({"/q/lock-0000000002"})
@@ -126,5 +129,36 @@ def test_a_listing_sent_for_an_earlier_deletion_never_answers_a_later_sleeps_rea
         read = driver._read(e.Read("get_children", "/q"))
         next(read)
         assert len(sent) == 3  # not the listing sent for lock-0000000002's deletion
+    finally:
+        driver.close()
+
+
+def test_a_waiter_whose_deletion_calls_for_a_listing_is_woken_once_that_listing_is_in(monkeypatch):
+    """The waiting thread's next need after such a deletion is the listing the watch function sent: it is
+    woken as that reply is read (one wake-up, not one for the news and one for the reply), also when the
+    listing fails (a dropped connection fails it: never a waiter left asleep); a deletion that needs no
+    listing wakes it at once."""
+    driver, sent = _watched_driver(monkeypatch, "/q")
+    try:
+        wake = driver._wake()  # (made by the run's first wait)
+        driver._on_watch(deleted("/q/lock-0000000002"))
+        assert "/q/lock-0000000002" in driver._deleted and not wake.is_set()  # recorded, not woken
+        sent[0][1].set(["lock-0000000003"])
+        assert wake.is_set()
+    finally:
+        driver.close()
+    driver, sent = _watched_driver(monkeypatch, "/q")
+    try:
+        wake = driver._wake()  # (made by the run's first wait)
+        driver._on_watch(deleted("/q/lock-0000000002"))
+        sent[0][1].set_exception(ConnectionLoss())
+        assert wake.is_set()
+    finally:
+        driver.close()
+    driver, sent = _watched_driver(monkeypatch, None)
+    try:
+        wake = driver._wake()  # (made by the run's first wait)
+        driver._on_watch(deleted("/q/lock-0000000002"))
+        assert sent == [] and wake.is_set()
     finally:
         driver.close()

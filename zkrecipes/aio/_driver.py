@@ -49,10 +49,7 @@ def _settle(fut: "asyncio.Future[None]", error: Optional[BaseException] = None) 
 def bridge(loop: asyncio.AbstractEventLoop, ar: _kazoo.AsyncResult) -> "asyncio.Future[None]":
     """A future of ``loop`` that completes (with None) once kazoo's async result ``ar`` is ready."""
     fut: "asyncio.Future[None]" = loop.create_future()
-    if type(ar) is _kazoo.Result:  # the hot path's requests: told on kazoo's I/O thread
-        ar.on_ready(lambda: call_soon(loop, _settle, fut))
-    else:
-        ar.rawlink(lambda _ar: call_soon(loop, _settle, fut))  # kazoo's completion thread
+    _kazoo.when_ready(ar, lambda: call_soon(loop, _settle, fut))
     return fut
 
 
@@ -191,8 +188,11 @@ class AioDriver(Transport):
 
     @_kazoo.on_io_thread
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only hand over
-        self._prefetch(event)
-        call_soon(self.loop, self._wake, event)
+        listing = self._prefetch(event)
+        if listing is None:
+            call_soon(self.loop, self._wake, event)
+        else:  # the steps' next need is that listing: hand over once it is in
+            _kazoo.when_ready(listing, lambda: call_soon(self.loop, self._wake, event))
 
     def _on_session(self, event: str) -> None:  # the session dispatcher thread
         call_soon(self.loop, self._wake)
