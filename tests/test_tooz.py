@@ -1,7 +1,7 @@
 """The tooz backend (zkrecipes.tooz) under tooz's own test suite, and what it adds beyond tooz's driver.
 
 tooz's test_coordination and test_partitioner are read from the installed (pinned) tooz wheel, unmodified,
-and run in a subprocess twice on the session's ensemble, each on a fresh chroot: against ``zkrecipes://``
+and run in a subprocess twice on one server of the session's ensemble, each on a fresh chroot: against ``zkrecipes://``
 (this backend) and against ``kazoo://`` (tooz's own ZooKeeper driver). Both tables are printed. The backend
 must fail nothing, and pass every test tooz's driver passes plus the shared-lock tests and ``break_``.
 """
@@ -80,7 +80,9 @@ def suites(zk_ensemble: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             for scheme in ("zkrecipes", "kazoo"):
                 space = f"zkrecipes-test/tooz-{scheme}-{os.urandom(4).hex()}"  # a fresh chroot for each run
                 spaces.append("/" + space)
-                url = f"{scheme}://{zk_ensemble.hosts}?namespace={space}"
+                # one server: tooz's tests read right after another client's write (join, then get_members),
+                # which a follower still applying that write does not show yet (seen failing both drivers)
+                url = f"{scheme}://{zk_ensemble.hosts.split(',')[0]}?namespace={space}"
                 runs[scheme] = pool.submit(run_tooz_suite, url, str(tmp_path_factory.mktemp(f"tooz-{scheme}")))
             results: Dict[str, Outcomes] = {scheme: run.result() for scheme, run in runs.items()}
         yield results
