@@ -273,13 +273,18 @@ def test_deadlock_detector_sees_a_real_deadlock(zk_factory):
             locks[(who, name)] = lock
 
     # by hand, in opposite orders: 1 takes a then b, 2 takes b then a
-    both_first = threading.Barrier(2, timeout=10)
+    both_first, both_tried = threading.Barrier(2, timeout=10), threading.Barrier(2, timeout=10)
     got = {}
 
     def by_hand(who: int, first: str, second: str) -> None:
         assert locks[(who, first)].acquire(timeout=10)
         both_first.wait()
         got[who] = locks[(who, second)].acquire(timeout=2.0)
+        # neither lets go before both gave up: the release of the one that timed out first would
+        # otherwise grant the other's wait in its last milliseconds (seen in CI under load)
+        both_tried.wait()
+        if got[who]:
+            locks[(who, second)].release()
         locks[(who, first)].release()
 
     threads = [threading.Thread(target=by_hand, args=(1, "ml-a", "ml-b")),
