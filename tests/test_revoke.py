@@ -57,12 +57,14 @@ class Waiter:
     def __init__(self, lock) -> None:
         self.lock = lock
         self.granted = threading.Event()
+        self.node = None  # the node it holds, read on its own thread (a lease's belongs to that thread)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run)
         self._thread.start()
 
     def _run(self) -> None:
         if self.lock.acquire(timeout=DEADLINE):
+            self.node = self.lock.node
             self.granted.set()
             self._done.wait(DEADLINE)
             self.lock.release()
@@ -79,9 +81,14 @@ def test_a_revoke_request_reaches_the_holder_and_takes_nothing(zk, zk_factory, r
     asked = lock.revoke_requested  # the holder listens: its holds follow their node
     log = StateLog(lock)
     assert lock.acquire(timeout=DEADLINE)
-    waiter = Waiter(RECIPES[recipe](zk_factory(), "/rv/a"))
+    waiter_lock = RECIPES[recipe](zk_factory(), "/rv/a")
+    waiter_asked = waiter_lock.revoke_requested  # the waiter listens too, from before the request
+    waiter_log = StateLog(waiter_lock)
+    waiter = Waiter(waiter_lock)
     wait_until(lambda: len(children(zk, "/rv/a")) == 2 or recipe == "exclusive", DEADLINE, "the waiter queued")
     assert not asked.is_set()
+    waiter_node = None if recipe == "exclusive" else next(  # (an ExclusiveLock waiter has no node)
+        c for c in children(zk, "/rv/a") if c != lock.node.rsplit("/", 1)[1])
 
     marked = request_revoke(zk_factory(), "/rv/a")
     assert marked == [lock.node.rsplit("/", 1)[1]]  # the holder only, not the waiter
@@ -91,11 +98,25 @@ def test_a_revoke_request_reaches_the_holder_and_takes_nothing(zk, zk_factory, r
     lock.check()  # nothing taken: still held, certain
     assert lock.is_held and lock.state == "held"
     assert not waiter.granted.is_set()
-    assert request_revoke(zk, "/rv/a") == marked  # asked again: already marked, no second write
+    if waiter_node is not None:
+        assert zk.exists(f"/rv/a/{waiter_node}").version == 0  # the waiter's node was never written
+    stat = zk.exists(lock.node)
+    assert (stat.version, naming.revoke_marked(zk.get(lock.node)[0])) == (1, True)  # marked by one write
+    assert request_revoke(zk, "/rv/a") == marked  # asked again: already marked...
+    again = zk.exists(lock.node)
+    assert (again.version, again.mzxid) == (stat.version, stat.mzxid)  # ...and not written a second time
 
     lock.release()
     assert waiter.granted.wait(DEADLINE)  # the waiter is granted as ever
-    assert not waiter.lock.revoke_requested.is_set()
+    granted_node = waiter.node
+    assert zk.exists(granted_node).version == 0  # never marked: nobody asked the waiter
+    # a positive control: the waiter, now the holder and listening since before the first request, is
+    # told of a request made now -- so it would have been told of a mark put on its node while it waited
+    assert request_revoke(zk, "/rv/a") == [granted_node.rsplit("/", 1)[1]]
+    assert waiter_asked.wait(DEADLINE)
+    waiter_log.wait_for("revoke-requested")
+    assert waiter_log.states.count("revoke-requested") == 1  # told once, of this request only
+    assert zk.exists(granted_node).version == 1
     waiter.finish()
 
 
@@ -117,14 +138,23 @@ def test_readers_and_lease_holders_are_all_asked(zk, zk_factory):
     for r in readers:
         r.revoke_requested  # noqa: B018  (listens)
         assert r.acquire(timeout=DEADLINE)
-    writer = Waiter(ReadWriteLock(zk_factory(), "/rv/rw").write())
+    writer_lock = ReadWriteLock(zk_factory(), "/rv/rw").write()
+    writer_log = StateLog(writer_lock)  # the queued writer listens from before the request
+    writer = Waiter(writer_lock)
     wait_until(lambda: len(children(zk, "/rv/rw")) == 3, DEADLINE, "the writer queued")
-    assert sorted(request_revoke(zk, "/rv/rw")) == sorted(r.node.rsplit("/", 1)[1] for r in readers)
+    reader_nodes = sorted(r.node.rsplit("/", 1)[1] for r in readers)
+    (writer_node,) = set(children(zk, "/rv/rw")) - set(reader_nodes)
+    assert sorted(request_revoke(zk, "/rv/rw")) == reader_nodes
+    assert zk.exists(f"/rv/rw/{writer_node}").version == 0  # the queued writer's node is not marked
     for r in readers:
         assert r.revoke_requested.wait(DEADLINE)
         r.release()
     assert writer.granted.wait(DEADLINE)
-    assert not writer.lock.revoke_requested.is_set()
+    assert writer.node.rsplit("/", 1)[1] == writer_node
+    assert zk.exists(writer.node).version == 0  # still unmarked once it holds
+    assert request_revoke(zk, "/rv/rw") == [writer_node]  # positive control: asked now, it is told
+    writer_log.wait_for("revoke-requested")
+    assert writer_log.states.count("revoke-requested") == 1
     writer.finish()
 
     leases = [Semaphore(zk_factory(), "/rv/sem", 2) for _ in range(2)]
