@@ -110,21 +110,93 @@ def test_all_or_none_when_the_last_path_is_held_elsewhere(zk, zk_factory, how):
 
 
 def test_one_deadline_for_all_locks(zk, zk_factory):
-    """The first lock is freed after 1 s, the second never: acquire(timeout=2) gives up about 2 s after
-    the call (what is left of the one deadline), not 2 s after the first lock was taken."""
+    """/d/1 is freed while the MultiLock waits for it, /d/2 never is: acquire(timeout=2) asks /d/2 with
+    what is left of the one deadline, not 2 s of its own, and does not give up before that deadline. Each
+    lock's acquire is recorded (the timeout it was given, when it was called and returned), so the claim
+    follows from the order of events, not from a margin on the wall clock."""
     release_first = threading.Event()
     first = Acquirer(FairLock(zk_factory(), "/d/1"), hold_until=release_first)
     second = Acquirer(FairLock(zk_factory(), "/d/2"), hold_until=threading.Event())
     assert first.wait() and second.wait()
-    threading.Timer(1.0, release_first.set).start()
     ml = MultiLock([FairLock(zk, "/d/2"), FairLock(zk, "/d/1")])
+    calls: List[Any] = []  # (path, timeout given, monotonic at the call, at its return, result)
+    for lock in ml.locks:
+        def recorded(real=lock.acquire, path=lock.path, **kwargs):
+            called = time.monotonic()
+            got = real(**kwargs)
+            calls.append((path, kwargs.get("timeout"), called, time.monotonic(), got))
+            return got
+        lock.acquire = recorded
+
+    def free_first() -> None:  # once the MultiLock's node is queued behind the first holder's
+        wait_until(lambda: len(children(zk, "/d/1")) == 2, 15, "the MultiLock queued on /d/1")
+        release_first.set()
+
+    threading.Thread(target=free_first, daemon=True).start()
     began = time.monotonic()
     assert ml.acquire(timeout=2.0) is False
-    took = time.monotonic() - began
-    assert first.released.is_set()  # /d/1 was taken meanwhile, then given back
-    assert took < 2.7, f"gave up after {took:.2f} s: the second lock got a deadline of its own"
-    assert children(zk, "/d/1") == []
+    ended = time.monotonic()
+    (path1, left1, called1, returned1, got1), (path2, left2, _, _, got2) = calls
+    assert (path1, got1, path2, got2) == ("/d/1", True, "/d/2", False)  # /d/1 taken, /d/2 missed
+    # the deadline was fixed no earlier than ``began`` and no later than /d/1's call; /d/2's share was
+    # computed after /d/1's acquire returned: so at most 2 s less the time /d/1 took (a deadline of its
+    # own would be the whole 2 s)
+    assert left1 <= 2.0
+    assert left2 <= 2.0 - (returned1 - called1), (left2, returned1 - called1)
+    assert ended - began >= 2.0, f"gave up after {ended - began:.3f} s, before its deadline"
+    assert first.released.wait(15)
+    assert children(zk, "/d/1") == []  # taken, then given back
     second._hold_until.set()
+
+
+def test_order_is_the_servers_path_the_clients_chroot_included(zk, zk_factory, zk_ensemble, zk_namespace):
+    """Locks on clients with different chroots are ordered by the path the server sees: a MultiLock taking
+    <ns>/z/a (client chrooted at /z, lock path /a) and <ns>/a/z (chrooted at /a, lock path /z) takes
+    <ns>/a/z first, as one taking both by their full paths does -- so the two never wait in a cycle."""
+    from kazoo.client import KazooClient
+
+    zk.ensure_path("/z")
+    zk.ensure_path("/a")
+    chrooted = []
+    try:
+        for sub in ("/z", "/a"):
+            c = KazooClient(hosts=zk_ensemble.hosts + zk_namespace + sub)
+            c.start(30)
+            chrooted.append(c)
+        in_z, in_a = chrooted
+        za, az = FairLock(in_z, "/a"), FairLock(in_a, "/z")  # the server's <ns>/z/a and <ns>/a/z
+        ml = MultiLock([za, az])
+        assert ml.locks == (az, za)  # by the lock paths alone, /a (that is <ns>/z/a) would come first
+        full = MultiLock([FairLock(zk, "/z/a"), FairLock(zk, "/a/z")])
+        assert [lock.path for lock in full.locks] == ["/a/z", "/z/a"]  # the same znodes, the same order
+
+        # taken in that order: with <ns>/a/z held elsewhere, the MultiLock waits there holding nothing
+        holder = Acquirer(FairLock(zk_factory(), "/a/z"), hold_until=threading.Event())
+        assert holder.wait()
+        held, release = threading.Event(), threading.Event()
+        result: List[Any] = []
+
+        def take() -> None:
+            result.append(ml.acquire(timeout=30))
+            held.set()
+            release.wait(30)
+            if result[0]:
+                ml.release()
+
+        t = threading.Thread(target=take, daemon=True)
+        t.start()
+        wait_until(lambda: len(children(zk, "/a/z")) == 2, 15, "the MultiLock queued on <ns>/a/z")
+        assert children(zk, "/z/a") == []  # nothing taken before it: a full-path MultiLock cannot wait on us
+        holder._hold_until.set()
+        assert held.wait(30) and result == [True]
+        assert len(children(zk, "/z/a")) == 1 and len(children(zk, "/a/z")) == 1
+        release.set()
+        t.join(30)
+        assert children(zk, "/z/a") == [] and children(zk, "/a/z") == []
+    finally:
+        for c in chrooted:
+            c.stop()
+            c.close()
 
 
 # -- one global order: no deadlock, no overlap ----------------------------------------------------
@@ -213,6 +285,63 @@ def test_release_goes_on_past_a_lock_that_raises(zk):
     with pytest.raises(LockError, match="/rr/b"):
         ml.release()
     assert not a.is_held and children(zk, "/rr/a") == []
+
+
+def test_release_from_another_thread_raises_and_takes_nothing(zk):
+    """The holds are the acquiring thread's: release() from another thread raises LockError naming a lock,
+    and every node stays; the holder's own release then frees them all."""
+    ml = MultiLock([FairLock(zk, "/rt/1"), ExclusiveLock(zk, "/rt/2"), Semaphore(zk, "/rt/3", 2)])
+    held, done = threading.Event(), threading.Event()
+    seen: List[Any] = []
+
+    def holder() -> None:
+        assert ml.acquire(timeout=30)
+        held.set()
+        done.wait(30)
+        seen.append(ml.is_held)
+        ml.release()
+        seen.append(ml.is_held)
+
+    t = threading.Thread(target=holder, daemon=True)
+    t.start()
+    assert held.wait(30)
+    nodes = {p: children(zk, p) for p in ("/rt/1", "/rt/2", "/rt/3")}
+    assert all(len(n) == 1 for n in nodes.values()), nodes
+    assert not ml.is_held  # not this thread's
+    with pytest.raises(LockError, match="/rt/"):
+        ml.release()
+    assert {p: children(zk, p) for p in nodes} == nodes  # nothing released
+    done.set()
+    t.join(30)
+    assert seen == [True, False]  # still the holder's, then released by it
+    assert all(children(zk, p) == [] for p in nodes)
+
+
+def test_aio_release_from_another_task_raises_and_takes_nothing(zk):
+    async def body() -> None:
+        ml = aio.MultiLock([aio.FairLock(zk, "/ra/1"), aio.FairLock(zk, "/ra/2")])
+        held, done = asyncio.Event(), asyncio.Event()
+
+        async def holder() -> bool:
+            assert await ml.acquire(timeout=30)
+            held.set()
+            await done.wait()
+            still = ml.is_held
+            await ml.release()
+            return still
+
+        task = asyncio.ensure_future(holder())
+        await asyncio.wait_for(held.wait(), 30)
+        nodes = {p: children(zk, p) for p in ("/ra/1", "/ra/2")}
+        assert all(len(n) == 1 for n in nodes.values()), nodes
+        with pytest.raises(LockError, match="/ra/"):
+            await ml.release()  # this task holds nothing
+        assert {p: children(zk, p) for p in nodes} == nodes
+        done.set()
+        assert await asyncio.wait_for(task, 30) is True
+        assert all(children(zk, p) == [] for p in nodes)
+
+    run(body)
 
 
 # -- check, loss, fenced transaction ---------------------------------------------------------------
