@@ -19,9 +19,10 @@ from typing import Any, Dict, Iterator, Tuple
 
 import pytest
 import tooz.coordination as tooz_coordination  # the test extra installs the pinned tooz (setup.cfg)
+from lockhelpers import wait_until
 
 from zkrecipes.testing import Partition, expire_session
-from zkrecipes.tooz import LeaderLost, ZkrecipesLock
+from zkrecipes.tooz import LeaderLost, ZkrecipesDriver, ZkrecipesLock
 
 SUITES = ("tooz.tests.test_coordination", "tooz.tests.test_partitioner")
 # what tooz's driver skips (tooz.NotImplemented) and the backend implements
@@ -121,9 +122,9 @@ def test_backend_passes_what_tooz_driver_passes_and_more(suites: Dict[str, Outco
 def coordinator(zk_ensemble: Any, zk_namespace: str) -> Iterator[Any]:
     made = []
 
-    def make(member: bytes, **options: Any) -> Any:
+    def make(member: bytes, scheme: str = "zkrecipes", **options: Any) -> Any:
         hosts = options.pop("hosts", zk_ensemble.hosts)
-        c = tooz_coordination.get_coordinator(f"zkrecipes://{hosts}?namespace={zk_namespace[1:]}", member, **options)
+        c = tooz_coordination.get_coordinator(f"{scheme}://{hosts}?namespace={zk_namespace[1:]}", member, **options)
         c.start()
         made.append(c)
         return c
@@ -232,11 +233,19 @@ def test_a_suspension_that_heals_is_one_term(zk_ensemble: Any, coordinator: Any)
         assert _told(events) == [("LeaderElected", b"a")]
         election = a._candidacies[b"healed"].latch.election
         states: list = []
-        election.add_listener(lambda e, state: states.append(state))
+        leads_again = threading.Event()
+
+        def listen(e: Any, state: str) -> None:
+            states.append(state)
+            if state == "leader":
+                leads_again.set()
+
+        election.add_listener(listen)
         link.cut()
         assert _until(lambda: "suspended" in states, 10)
         link.heal()
-        assert _until(lambda: election.is_leader, 10)
+        assert leads_again.wait(10), states  # the listener ran: is_leader alone may be set before it does
+        assert election.is_leader
         assert states == ["suspended", "leader"]
         a.run_watchers()
         assert _told(events) == [("LeaderElected", b"a")], "a healed suspension was told as a new term"
@@ -281,3 +290,65 @@ def test_stand_down_alone_leads_again_in_a_new_term_and_stop_leaves_nothing(coor
     a.stop()
     assert not [t for t in threading.enumerate() if t.name == f"zkrecipes-latch {path}"], "a campaign thread is left"
     assert observer._coord.get_children(path) == [] and observer.get_leader(b"alone").get() is None
+
+
+# -- one fleet on both schemes (docs/tooz.rst: "exclude each other and elect one leader together") --------------
+def _nodes(zk: Any, path: str) -> list:
+    zk.sync(path)
+    return zk.get_children(path) if zk.exists(path) else []
+
+
+def test_zookeeper_and_zkrecipes_coordinators_exclude_each_other(coordinator: Any, zk: Any) -> None:
+    """A coordinator on tooz's own driver (``zookeeper://``, kazoo's Lock) and one on ``zkrecipes://``, same
+    namespace and lock name: each one's hold keeps the other out, and a blocking acquire of either is
+    granted only after the other's release."""
+    theirs, ours = coordinator(b"theirs", scheme="zookeeper"), coordinator(b"ours")
+    assert not isinstance(theirs, ZkrecipesDriver) and isinstance(ours, ZkrecipesDriver)
+    path = "/locks/mixed"  # both drivers' <namespace>/locks/<name>; ``zk`` is chrooted at the namespace
+    for first, second in ((theirs.get_lock(b"mixed"), ours.get_lock(b"mixed")),
+                          (ours.get_lock(b"mixed"), theirs.get_lock(b"mixed"))):
+        assert first.acquire(blocking=False)
+        assert not second.acquire(blocking=False)  # held by the other driver: refused
+        releasing = threading.Event()
+        got: list = []
+
+        def blocking(lock: Any = second, got: list = got, releasing: threading.Event = releasing) -> None:
+            got.append(lock.acquire(blocking=True))
+            got.append(releasing.is_set())  # granted only once the holder began its release
+
+        t = threading.Thread(target=blocking, daemon=True)
+        t.start()
+        wait_until(lambda: len(_nodes(zk, path)) == 2, 15, "the second queued behind the first, in one queue")
+        assert got == []  # still waiting while the other driver holds
+        releasing.set()
+        assert first.release()
+        t.join(15)
+        assert got == [True, True]
+        assert not first.acquire(blocking=False)  # now the other way round
+        assert second.release()
+    assert _nodes(zk, path) == []
+
+
+def test_zookeeper_and_zkrecipes_coordinators_elect_one_leader(coordinator: Any, zk: Any) -> None:
+    """tooz's driver (a non-blocking acquire of ``<group>/leader`` in run_watchers) and zkrecipes' latch on
+    the same group: one leader among both, each sees the other's leader, and when the leader stands down
+    the other driver's member is elected -- never both."""
+    theirs, ours = coordinator(b"theirs", scheme="zookeeper"), coordinator(b"ours")
+    group = b"mixed-group"
+    theirs.create_group(group).get()
+    events: list = []
+    theirs.watch_elected_as_leader(group, events.append)
+    theirs.run_watchers()  # tooz's driver campaigns here
+    assert _told(events) == [("LeaderElected", b"theirs")]
+    ours.watch_elected_as_leader(group, events.append)  # our latch campaigns in the background
+    wait_until(lambda: len(_nodes(zk, "/mixed-group/leader")) == 2, 15, "our latch queued behind tooz's driver")
+    ours.run_watchers()
+    theirs.run_watchers()
+    assert _told(events) == [("LeaderElected", b"theirs")]  # one leader
+    assert ours.get_leader(group).get() == theirs.get_leader(group).get() == b"theirs"
+
+    assert theirs.stand_down_group_leader(group)
+    assert _until(lambda: ("LeaderElected", b"ours") in _told(events), 15, ours)
+    theirs.run_watchers()  # tooz's driver tries again: our member leads, so it is refused
+    assert _told(events) == [("LeaderElected", b"theirs"), ("LeaderElected", b"ours")]
+    assert theirs.get_leader(group).get() == ours.get_leader(group).get() == b"ours"
