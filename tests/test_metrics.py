@@ -14,12 +14,12 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
-from lockhelpers import FAST_RECONNECT, wait_until
+from lockhelpers import FAST_RECONNECT, LateLink, wait_until
 from test_cli import ZKRECIPES, Cli, dump_stacks
 
 import zkrecipes
 import zkrecipes.aio as aio
-from zkrecipes import FairLock, Semaphore, metrics
+from zkrecipes import FairLock, Semaphore, _kazoo, metrics
 from zkrecipes.errors import LockError
 from zkrecipes.testing import Partition, expire_session
 
@@ -261,6 +261,130 @@ def test_lost_and_suspended_are_told(zk_ensemble, zk_factory, recorder, front):
 
         arun(scenario)
     assert recorder.of("released", "fair", path)[-1][1] == "lost"
+
+
+# -- LeaderLatch and MultiLock report through the recipes they run (docs/metrics.rst) ---------------------
+def check_latch_life(rec: Recorder, path: str, observed_waiting: float, first_closed: float) -> None:
+    """Two latches on ``path``: the first led, the second waited behind it and led once it closed."""
+    acquired = rec.of("acquired", "election", path)
+    assert [o for _, o in acquired] == ["acquired", "acquired"], rec.events
+    # the second's campaign began before its waiting was observed and ended after the first closed
+    assert acquired[1][0] >= first_closed - observed_waiting, (acquired, first_closed - observed_waiting)
+    ahead = [a for (a,) in rec.of("waiting", "election", path)]
+    assert ahead and all(a >= 1 for a in ahead), rec.events
+    changes = rec.of("state", "election", path)
+    for change in (("idle", "candidate"), ("candidate", "leader"), ("leader", "idle")):
+        assert changes.count(change) == 2, changes  # each latch's term: campaigned, led, closed
+    ends = rec.of("released", "election", path)
+    assert [o for _, o in ends] == ["released", "released"], ends
+    assert ends[0][0] >= first_closed - observed_waiting  # the first led at least while the second waited
+
+
+def test_hooks_see_leader_latches_threads(zk_factory, recorder):
+    path = "/metrics-latch"
+    first, second = zkrecipes.LeaderLatch(zk_factory(), path, "one"), zkrecipes.LeaderLatch(zk_factory(), path, "two")
+    first.start()
+    assert first.wait(15)
+    second.start()
+    wait_until(lambda: recorder.of("waiting", "election", path), 15, "the second latch's queue position")
+    observed = time.monotonic()
+    assert not second.has_leadership
+    time.sleep(0.2)  # (a wait with a known least length)
+    closing = time.monotonic()
+    first.close()
+    assert second.wait(15)
+    second.close()
+    check_latch_life(recorder, path, observed, closing)
+    assert not [n for n in recorder.threads if n.startswith("kazoo")], recorder.threads
+
+
+def test_hooks_see_leader_latches_aio(zk_factory, recorder):
+    path = "/metrics-aio-latch"
+    a, b = zk_factory(), zk_factory()
+
+    async def main() -> Tuple[float, float]:
+        first, second = aio.LeaderLatch(a, path, "one"), aio.LeaderLatch(b, path, "two")
+        first.start()
+        assert await first.wait(15)
+        second.start()
+        await until(lambda: recorder.of("waiting", "election", path), 15, "the second latch's queue position")
+        observed = time.monotonic()
+        await asyncio.sleep(0.2)  # (a wait with a known least length)
+        closing = time.monotonic()
+        await first.close()
+        assert await second.wait(15)
+        await second.close()
+        return observed, closing
+
+    check_latch_life(recorder, path, *arun(main))
+
+
+def test_a_multilocks_locks_report_each_on_their_own(zk, zk_factory, recorder):
+    """A MultiLock keeps no state of its own: each lock it takes tells its acquire, hold and release under
+    its own recipe and path; a miss tells the lock that timed out and the release of what was taken."""
+    ml = zkrecipes.MultiLock([FairLock(zk, "/mm/a"), Semaphore(zk, "/mm/b", 2),
+                              zkrecipes.ReadWriteLock(zk, "/mm/c").read()])
+    assert ml.acquire(timeout=15)
+    assert [(e[0], e[1], e[2], e[4]) for e in recorder.events if e[0] == "acquired"] == [
+        ("acquired", "fair", "/mm/a", "acquired"), ("acquired", "semaphore", "/mm/b", "acquired"),
+        ("acquired", "read", "/mm/c", "acquired")]
+    ml.release()
+    assert [(e[1], e[2], e[4]) for e in recorder.events if e[0] == "released"] == [
+        ("read", "/mm/c", "released"), ("semaphore", "/mm/b", "released"), ("fair", "/mm/a", "released")]
+    for recipe, path in (("fair", "/mm/a"), ("semaphore", "/mm/b"), ("read", "/mm/c")):
+        assert recorder.of("state", recipe, path) == [("idle", "waiting"), ("waiting", "held"), ("held", "idle")]
+
+    other = FairLock(zk_factory(), "/mm/b2")
+    assert other.acquire()
+    del recorder.events[:]
+    miss = zkrecipes.MultiLock([FairLock(zk, "/mm/a2"), FairLock(zk, "/mm/b2")])
+    assert miss.acquire(timeout=0.3) is False
+    assert [(e[2], e[4]) for e in recorder.events if e[0] == "acquired"] == [("/mm/a2", "acquired"),
+                                                                             ("/mm/b2", "timeout")]
+    assert [(e[2], e[4]) for e in recorder.events if e[0] == "released"] == [("/mm/a2", "released")]
+    other.release()
+
+
+def test_nudge_is_told_on_the_clients_io_thread(zk_ensemble, zk_factory, recorder):
+    """A server that sits on a reply (ZOOKEEPER-4537, played by LateLink) is nudged by the I/O thread of a
+    client our recipes use, and the ``nudge`` hook is called there, once per stuck request."""
+    link = LateLink(zk_ensemble.hosts)
+    try:
+        ours = zk_factory(hosts=link.hosts, timeout=30.0)
+        lock = FairLock(ours, "/metrics-nudge")
+        assert lock.acquire(timeout=10)
+        before = _kazoo.heard(ours).nudges
+        told = len([e for e in recorder.events if e == ("nudge",)])
+        link.arm()
+        ours.exists("/metrics-nudge")  # its reply is held back until the nudge arrives
+        assert link.held_count == 1 and _kazoo.heard(ours).nudges == before + 1
+        with recorder._lock:
+            nudges = [t for e, t in zip(recorder.events, recorder.threads) if e == ("nudge",)]
+        assert len(nudges) == told + 1, recorder.events
+        assert nudges[-1] == ours._connection._connection_routine.name  # kazoo's I/O thread of that client
+        lock.release()
+    finally:
+        link.close()
+
+
+def test_prometheus_counts_nudges(zk_ensemble, zk_factory):
+    from prometheus_client import CollectorRegistry
+
+    from zkrecipes.metrics import prometheus
+
+    registry = CollectorRegistry()
+    prometheus.install(registry=registry)
+    link = LateLink(zk_ensemble.hosts)
+    try:
+        ours = zk_factory(hosts=link.hosts, timeout=30.0)
+        FairLock(ours, "/metrics-prom-nudge")  # a client our recipes use: its replies are nudged
+        before = registry.get_sample_value("zkrecipes_nudges_total") or 0.0
+        link.arm()
+        ours.exists("/")
+        assert registry.get_sample_value("zkrecipes_nudges_total") == before + 1
+    finally:
+        link.close()
+        metrics.uninstall()
 
 
 # -- the adapters, with their real libraries -----------------------------------------------------------

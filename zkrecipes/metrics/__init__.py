@@ -6,8 +6,8 @@ installed each event costs one check of a module global. The adapters :mod:`zkre
 and :mod:`zkrecipes.metrics.opentelemetry` are such objects (optional extras: this module imports neither
 library).
 
-Where each hook is called -- never on kazoo's own threads (hooks must be quick, must not block and must be
-thread-safe; an exception a hook raises is logged and swallowed):
+Where each hook is called -- never on kazoo's own threads but ``nudge`` (hooks must be quick, must not block
+and must be thread-safe; an exception a hook raises is logged and swallowed):
 
 ==============  ==========================================================================================
 ``acquired``    once per ``acquire()`` / ``campaign()`` / lease request, when it returns or raises, on the
