@@ -3,12 +3,14 @@
 kazoo runs in other processes (tests/interop_worker.py); Curator 5.4 from Debian's libcurator-recipes-java
 runs in a JVM (tests/interop/CuratorWorker.java, compiled here into a cache dir). Every hold is recorded on
 CLOCK_MONOTONIC in its own process and compared: no two conflicting holds overlap, grants follow queue
-order, readers of both libraries share, and the default protocol refuses a path that holds their nodes.
+order, readers of both libraries share, the default protocol refuses a path that holds their nodes, and
+revocation requests pass both ways between zkrecipes and Curator (tests/interop/CuratorRevoke.java).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import threading
@@ -16,10 +18,10 @@ import time
 
 import interop
 import pytest
-from lockhelpers import Acquirer, children, wait_until
+from lockhelpers import Acquirer, StateLog, children, wait_until
 from toolskip import missing_tool
 
-from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, formats
+from zkrecipes import FairLock, LeaderElection, LockError, ReadWriteLock, formats, request_revoke
 
 HOLDS = 52  # per mix: at least 50
 
@@ -320,3 +322,65 @@ def test_kazoo_format_makes_persistent_parents_as_kazoo_does(zk, hosts):
         assert [ln for ln in w.lines if ln.startswith("hold")], w.lines
     finally:
         w.stop()
+
+
+# -- revocation with Curator's own (docs/revocation.rst) ------------------------------------------------
+REVOKE_SOURCE = interop.HERE / "interop" / "CuratorRevoke.java"
+
+
+@pytest.fixture(scope="module")
+def revoke_cp():
+    from zkrecipes.testing import _java
+
+    classpath, reason = _java.curator_classpath(REVOKE_SOURCE)
+    if classpath is None:
+        missing_tool(f"Curator interop needs a JDK and Curator: {reason}")
+    return classpath
+
+
+def _curator_revoke(classpath: str, hosts: str, *args: str) -> interop.Worker:
+    java = shutil.which("java") or "java"
+    return interop.Worker([java, *interop.JAVA_OPTS, "-cp", classpath, "CuratorRevoke", hosts, *args])
+
+
+def test_request_revoke_reaches_a_revocable_curator_holder(revoke_cp, zk, hosts):
+    """A Curator InterProcessMutex made revocable (``makeRevocable``) holds; our ``request_revoke`` marks
+    its node and Curator calls its RevocationListener. Nothing is taken: it holds until it releases."""
+    w = _curator_revoke(revoke_cp, hosts, "hold", "/shared")
+    try:
+        node = w.wait_line("held", 90).split()[1]
+        assert request_revoke(zk, "/shared") == [node]
+        w.wait_line("revoke-requested", 30)  # Curator's listener was called
+        assert zk.get(f"/shared/{node}")[0] == b"__REVOKE__"  # Curator's own mark
+        assert children(zk, "/shared") == [node]  # still held by Curator
+        assert FairLock(zk, "/shared", protocol="curator").acquire(blocking=False) is False
+        w.send("release")
+        w.wait_line("released", 30)
+        assert w.lines.count("revoke-requested") == 1, w.lines
+    finally:
+        w.stop()
+    assert children(zk, "/shared") == []
+
+
+@pytest.mark.parametrize("proto", ["zkrecipes", "curator"])
+def test_curators_revoker_reaches_a_zkrecipes_holder(revoke_cp, zk, hosts, proto):
+    """Curator's ``Revoker.attemptRevoke`` on a zkrecipes holder's node (its own format or Curator's): the
+    holder, listening, sees ``revoke_requested`` set and its listeners told; it keeps its hold."""
+    lock = FairLock(zk, "/shared", protocol=proto)
+    log = StateLog(lock)  # listens: its holds follow their node
+    assert lock.acquire(timeout=15)
+    try:
+        assert not lock.revoke_requested.is_set()
+        w = _curator_revoke(revoke_cp, hosts, "revoke", lock.node)
+        try:
+            w.wait_line("revoked", 90)
+        finally:
+            w.stop()
+        log.wait_for("revoke-requested")
+        assert lock.revoke_requested.is_set()
+        assert zk.get(lock.node)[0] == b"__REVOKE__"
+        lock.check()  # nothing taken
+        assert lock.is_held
+    finally:
+        lock.release()
+    assert children(zk, "/shared") == []
