@@ -273,8 +273,9 @@ def check_latch_life(rec: Recorder, path: str, observed_waiting: float, first_cl
     ahead = [a for (a,) in rec.of("waiting", "election", path)]
     assert ahead and all(a >= 1 for a in ahead), rec.events
     changes = rec.of("state", "election", path)
-    for change in (("idle", "candidate"), ("candidate", "leader"), ("leader", "idle")):
-        assert changes.count(change) == 2, changes  # each latch's term: campaigned, led, closed
+    for change in (("idle", "candidate"), ("candidate", "leader")):
+        assert changes.count(change) == 2, changes  # each latch campaigned and led once
+    assert len([c for c in changes if c[1] == "idle" and c[0] != "candidate"]) == 2, changes  # and closed
     ends = rec.of("released", "election", path)
     assert [o for _, o in ends] == ["released", "released"], ends
     assert ends[0][0] >= first_closed - observed_waiting  # the first led at least while the second waited
@@ -332,7 +333,8 @@ def test_a_multilocks_locks_report_each_on_their_own(zk, zk_factory, recorder):
     assert [(e[1], e[2], e[4]) for e in recorder.events if e[0] == "released"] == [
         ("read", "/mm/c", "released"), ("semaphore", "/mm/b", "released"), ("fair", "/mm/a", "released")]
     for recipe, path in (("fair", "/mm/a"), ("semaphore", "/mm/b"), ("read", "/mm/c")):
-        assert recorder.of("state", recipe, path) == [("idle", "waiting"), ("waiting", "held"), ("held", "idle")]
+        changes = recorder.of("state", recipe, path)  # (a stalled machine may add a suspension meanwhile)
+        assert changes[:2] == [("idle", "waiting"), ("waiting", "held")] and changes[-1][1] == "idle", changes
 
     other = FairLock(zk_factory(), "/mm/b2")
     assert other.acquire()
