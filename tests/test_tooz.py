@@ -4,6 +4,7 @@ tooz's test_coordination and test_partitioner are read from the installed (pinne
 and run in a subprocess twice on one server of the session's ensemble, each on a fresh chroot: against ``zkrecipes://``
 (this backend) and against ``kazoo://`` (tooz's own ZooKeeper driver). Both tables are printed. The backend
 must fail nothing, and pass every test tooz's driver passes plus the shared-lock tests and ``break_``.
+Beyond the suites: coordinators of both drivers on one namespace exclude each other and elect one leader.
 """
 
 from __future__ import annotations
