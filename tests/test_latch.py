@@ -59,6 +59,17 @@ def queue_of(zk, n: int, timeout: float = 15.0) -> list:
                       and ids, timeout, f"{n} candidates queued")
 
 
+def renewed(zk, identifier: str, old: str, timeout: float = 15.0) -> str:
+    """The name of ``identifier``'s node once it is another than ``old`` (the candidate queued again)."""
+    observer = LeaderElection(zk, PATH)
+
+    def found() -> Optional[str]:
+        nodes = [c.node for c in synced(observer).contenders() if c.identifier == identifier]
+        return nodes[0] if nodes and nodes[0] != old else None
+
+    return wait_until(found, timeout, f"a new node of {identifier}")
+
+
 def synced(election):
     election.client.sync("/")
     return election
@@ -426,6 +437,66 @@ async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
+def test_aio_start_raises_at_once_and_a_plain_with_points_to_async_with(zk, zk_factory):
+    never = zk_factory(start=False)
+    name = f"_c_{uuid.uuid4()}-latch-"
+    zk.create(f"/foreign/{name}", b"curator", ephemeral=True, sequence=True, makepath=True)
+
+    async def body() -> None:
+        latch = aio.LeaderLatch(never, PATH, "a")
+        told = AioTold(latch)
+        with pytest.raises(ClientClosed, match="stopped"):
+            await latch.start()
+        assert latch._task.done() and isinstance(latch.error, ClientClosed) and told.seen[-1][0] is False
+        with pytest.raises(ClientClosed):
+            await latch.wait(1)
+        with pytest.raises(ClientClosed):
+            async with aio.LeaderLatch(never, PATH, "b"):
+                pass
+
+        unawaited = aio.LeaderLatch(never, PATH, "c")
+        unawaited.start()  # not awaited: the failure is kept, and wait() raises it
+        with pytest.raises(ClientClosed):
+            await unawaited.wait(15)
+
+        foreign = aio.LeaderLatch(zk_factory(), "/foreign", "d")
+        told = AioTold(foreign)
+        with pytest.raises(LockError, match="refusing to queue.*protocol='curator'"):
+            await foreign.start()
+        assert foreign._task.done() and [v for v, _, _ in told.seen] == [False]
+        assert [n for n in children(zk, "/foreign") if not n.startswith(name)] == [], "our node was left behind"
+
+        with pytest.raises(TypeError, match="async with"):
+            with aio.LeaderLatch(zk, PATH):  # type: ignore[attr-defined]
+                pass
+
+    arun(body)
+    nothing_left(zk)
+
+
+def test_aio_client_stopped_under_a_running_latch(zk_factory, caplog):
+    client = zk_factory()
+
+    async def body() -> None:
+        latch = aio.LeaderLatch(client, PATH, "a")
+        told = AioTold(latch)
+        await latch.start()
+        assert await latch.wait(timeout=15)
+        with caplog.at_level(logging.INFO, logger="zkrecipes"):
+            await in_thread(client.stop)
+            with pytest.raises(ClientClosed):
+                await latch.wait(timeout=15)
+            await told.wait_for([True, False, False])
+            await latch.close()
+        assert latch._task.done()
+
+    arun(body)
+    ours = [r for r in caplog.records if r.name.startswith("zkrecipes")]
+    loud = [r for r in ours if r.levelno >= logging.WARNING or r.exc_info]
+    assert loud == [], "a stop on purpose was logged as a failure"
+    assert any("stopped campaigning" in r.getMessage() for r in ours if r.levelno == logging.INFO)
+
+
 class AioTold:
     """An aio latch listener: ``(leading, monotonic time, thread)``; awaits a sequence with a deadline."""
 
@@ -479,10 +550,15 @@ def test_aio_latches_hand_over_on_close_and_on_expiry(zk, zk_ensemble, zk_factor
             await told_a.wait_for([True, False, True])
 
             c = aio.LeaderLatch(cc, PATH, "c")  # a session expired at once (expire_session): c requeues
-            c.start()
+            await c.start()
             assert await in_thread(queue_of, zk, 2) == ["a", "c"]
+            first = await in_thread(renewed, zk, "c", "")  # c's node, queued behind a
+            old = zk.exists(f"{PATH}/{first}")
             await in_thread(expire_session, cc)
-            assert await in_thread(queue_of, zk, 2) == ["a", "c"]
+            # a new node of c's new session, not the old one still listed
+            new = await in_thread(renewed, zk, "c", first)
+            assert zk.exists(f"{PATH}/{new}").czxid > old.czxid and await in_thread(queue_of, zk, 2) == ["a", "c"]
+            assert zk.exists(f"{PATH}/{new}").ephemeralOwner == cc.client_id[0] != old.ephemeralOwner
             await a.close()
             assert a._task.done() and told_a.seen[-1][0] is False and await a.wait() is False
             assert await c.wait(timeout=15) is True

@@ -246,11 +246,13 @@ class LeaderLatch(LatchCore):
     ``LeaderLatch(zk, "/election/reports", identifier="worker-7")`` takes the keywords of
     :class:`LeaderElection` (``host=``, ``acl=``, ``retry=``, ``tolerate_suspended=``, ``protocol=``;
     ``protocol="curator"`` shares the path with Curator's ``LeaderLatch``). :meth:`start` campaigns on
-    one thread of its own; :attr:`has_leadership`, :meth:`wait` and listeners (``fn(True)`` /
-    ``fn(False)``) follow leadership; after a loss it campaigns again by itself, at the back of the
-    queue. :meth:`close` (or leaving ``with``) resigns: our node deleted, the thread ended. Side effects
-    still go through :attr:`election`: ``latch.election.check()`` before each, ``latch.election.token``
-    with each write.
+    one thread of its own (and raises what an acquire would raise at once); :attr:`has_leadership`,
+    :meth:`wait` and listeners (``fn(True)`` / ``fn(False)``) follow leadership; after a loss it
+    campaigns again by itself, at the back of the queue. A failure that stops the campaign later is
+    kept in :attr:`error`, raised by :meth:`wait` and told to the listeners as ``fn(False)``.
+    :meth:`close` (or leaving ``with``) resigns: our node deleted, the thread ended. Side effects still
+    go through :attr:`election`: ``latch.election.check()`` before each, ``latch.election.token`` with
+    each write.
     """
 
     _election_class = LatchElection
