@@ -4,7 +4,10 @@ What users rely on: of two latches on one path exactly one leads; close() hands 
 and no thread or task; a leader whose session expires is told (False) before anyone else is told True,
 and campaigns again by itself at the back of the queue; leadership in doubt (a silent partition) is not
 reported as leadership; a leader's work is stopped (threads: a stop event; asyncio: the coroutine is
-cancelled and the caller sees LockLost) when leadership is lost; bad input fails before any request.
+cancelled) when leadership is lost, and run() raises LockLost on both fronts (with requeue: campaigns
+again); a latch that cannot campaign says so (start() raises, a later failure is raised by wait() and told
+to the listeners), a client stopped on purpose is no error in the log; wait() returns after the
+listeners ran; bad input fails before any request.
 """
 
 from __future__ import annotations

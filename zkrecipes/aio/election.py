@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
 
@@ -13,8 +12,6 @@ from ..errors import LockCancelled
 from ..naming import Contender, validate_timeout
 from ._driver import call_soon
 from ._lock import AioFront
-
-log = logging.getLogger("zkrecipes.aio.election")
 
 R = TypeVar("R")
 
