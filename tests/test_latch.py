@@ -414,11 +414,12 @@ def test_a_client_stopped_under_a_running_latch(zk_factory, caplog):
     latch.start()
     assert latch.wait(timeout=15)
     with caplog.at_level(logging.INFO, logger="zkrecipes"):
-        client.stop()
+        client.stop()  # (the latch learns it from the session's end, moments later)
+        told.wait_for([True, False, False])  # leadership left, then the failure
         with pytest.raises(ClientClosed):
             latch.wait(timeout=15)
         latch._thread.join(15)
-    assert not latch._thread.is_alive() and told.wait_for([True, False, False])
+    assert not latch._thread.is_alive() and isinstance(latch.error, ClientClosed)
     ours = [r for r in caplog.records if r.name.startswith("zkrecipes")]
     loud = [r for r in ours if r.levelno >= logging.WARNING or r.exc_info]
     assert loud == [], "a stop on purpose was logged as a failure"
@@ -486,10 +487,10 @@ def test_aio_client_stopped_under_a_running_latch(zk_factory, caplog):
         await latch.start()
         assert await latch.wait(timeout=15)
         with caplog.at_level(logging.INFO, logger="zkrecipes"):
-            await in_thread(client.stop)
+            await in_thread(client.stop)  # (the latch learns it from the session's end, moments later)
+            await told.wait_for([True, False, False])  # leadership left, then the failure
             with pytest.raises(ClientClosed):
                 await latch.wait(timeout=15)
-            await told.wait_for([True, False, False])
             await latch.close()
         assert latch._task.done()
 
