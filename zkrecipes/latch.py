@@ -268,7 +268,8 @@ class LeaderLatch(LatchCore):
 
     def start(self) -> None:
         """Start campaigning on a background thread (at most one per latch); return once the campaign
-        leads or waits in the queue (one round trip).
+        leads or waits in the queue (one round trip; without a connection, it waits for one as an
+        acquire does).
 
         Raises what :meth:`FairLock.acquire <zkrecipes.FairLock.acquire>` raises at once, the latch then
         closed and its thread ended: :class:`~zkrecipes.ClientClosed` if the client is stopped or was

@@ -50,7 +50,8 @@ class LeaderLatch(AsyncOnly, LatchCore):
     def start(self) -> "Started":
         """Start campaigning in a task on the running loop (at most one per latch), at the call.
 
-        Awaited, it returns once the campaign leads or waits in the queue (one round trip), and raises
+        Awaited, it returns once the campaign leads or waits in the queue (one round trip; without a
+        connection, it waits for one as an acquire does), and raises
         what :meth:`aio.FairLock.acquire <zkrecipes.aio.FairLock.acquire>` raises at once, the latch then
         closed and its task done: :class:`~zkrecipes.ClientClosed` if the client is stopped or was never
         started, LockError for a node on the path that this node format cannot queue with (our node is
