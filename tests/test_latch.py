@@ -369,7 +369,7 @@ def test_start_raises_on_a_stopped_or_never_started_client(zk, zk_factory):
 
 
 @pytest.mark.parametrize("foreign", ["kazoo", "curator"])
-def test_start_raises_on_a_foreign_node_on_the_path(zk, zk_factory, foreign):
+def test_start_raises_on_a_foreign_node_on_the_path(zk, zk_factory, foreign, caplog):
     """Another library's election node on the path: the default node format cannot queue with it."""
     name = f"{uuid.uuid4().hex}__lock__" if foreign == "kazoo" else f"_c_{uuid.uuid4()}-latch-"
     zk.create(f"{PATH}/{name}", b"other", ephemeral=True, sequence=True, makepath=True)
@@ -377,6 +377,8 @@ def test_start_raises_on_a_foreign_node_on_the_path(zk, zk_factory, foreign):
     told = Told(latch)
     with pytest.raises(LockError, match=f"refusing to queue.*protocol='{foreign}'"):
         latch.start()
+    loud = [r for r in caplog.records if r.name.startswith("zkrecipes") and r.levelno >= logging.WARNING]
+    assert loud == [], "a failure raised to the caller was also logged as one"
     assert not latch._thread.is_alive() and told.values == [False]
     assert [n for n in children(zk, PATH) if not n.startswith(name)] == [], "our node was left behind"
     with pytest.raises(LockError, match="refusing"):

@@ -86,7 +86,7 @@ class LatchCore(NamedInit):
         self._listeners: List[LatchListener] = []
         self._leading = False  # as last told to the listeners
         self._announced = False  # leadership, and every listener has been told so (what wait() waits for)
-        self._placed = False  # the first campaign leads or waits in the queue: it cannot fail at once any more
+        self._placed = False  # a campaign led or waited in the queue: past the first step, where start() raises
         self._started = False
         self._closed = False  # close() was called, or the background run ended
         self.error: Optional[BaseException] = None
@@ -144,6 +144,7 @@ class LatchCore(NamedInit):
                 return
             self._leading = leading
             self._announced = False
+            self._placed = self._placed or leading
             listeners = list(self._listeners)
         if leading:
             self._wake()  # (start() waits for no listener)
@@ -198,11 +199,12 @@ class LatchCore(NamedInit):
             self.error = error
             self._closed = True
             listeners = []
+            at_once = not self._placed  # start() raises it
             if error is not None:
                 self._leading = self._announced = False
                 listeners = list(self._listeners)
         if error is not None:
-            if isinstance(error, ClientClosed) and _kazoo.is_stopped(self.election.client):
+            if at_once or isinstance(error, ClientClosed) and _kazoo.is_stopped(self.election.client):
                 log.info("%s: the LeaderLatch stopped campaigning: %s", self.path, error)
             elif isinstance(error, LockError):
                 log.warning("%s: the LeaderLatch stopped campaigning: %s", self.path, error)
@@ -213,7 +215,7 @@ class LatchCore(NamedInit):
 
     def _begun(self) -> bool:
         """What start() waits for: the first campaign leads or waits in the queue, or the run is over."""
-        return self._placed or self._leading or self._closed
+        return self._placed or self._closed
 
     def _settled(self) -> bool:
         """What wait() waits for: leadership told to every listener, or nothing left to wait for (latent,
