@@ -237,6 +237,7 @@ MIXES = [
     ("Curator InterProcessMutex + FairLock", ["zk-fair{p}", "zk-fair{p}"], ["mutex", "mutex"], "curator"),
     ("Curator InterProcessReadWriteLock + ReadWriteLock", ["zk-write{p}", "zk-read{p}"], ["write", "read"], "curator"),
     ("Curator LeaderLatch + LeaderElection", ["zk-elect{p}", "zk-elect{p}"], ["latch", "latch"], "curator"),
+    ("Curator LeaderLatch + LeaderLatch", ["zk-latch{p}", "zk-latch{p}"], ["latch", "latch"], "curator"),
 ]
 
 

@@ -3,7 +3,8 @@ zkrecipes in a given protocol. Records every hold on CLOCK_MONOTONIC (``time.mon
 
 usage: interop_worker.py HOSTS PATH RECIPE HOLDS HOLD_MS
   RECIPE: kazoo-lock | kazoo-read | kazoo-write | kazoo-election
-          zk-fair:PROTO | zk-read:PROTO | zk-write:PROTO | zk-elect:PROTO   (PROTO: zkrecipes, kazoo, curator)
+          zk-fair:PROTO | zk-read:PROTO | zk-write:PROTO | zk-elect:PROTO | zk-latch:PROTO
+          (PROTO: zkrecipes, kazoo, curator)
 stdin "go" starts it; stdout: "ready", per hold "hold RECIPE NODE T0 T1" (seconds), then "done", or
 "error RECIPE TYPE MESSAGE" (a LockError from zkrecipes is reported, not raised).
 """
@@ -34,7 +35,7 @@ def main() -> int:
             "kazoo-election": lambda: zk.Election(path, "kazoo-worker"),
         }[name]
     else:
-        from zkrecipes import FairLock, LeaderElection, ReadWriteLock
+        from zkrecipes import FairLock, LeaderElection, LeaderLatch, ReadWriteLock
 
         kw = {"protocol": proto} if proto else {}  # no protocol: what the code did before it had one
         make = {
@@ -42,6 +43,7 @@ def main() -> int:
             "zk-read": lambda: ReadWriteLock(zk, path, "zk-worker", **kw).read(),
             "zk-write": lambda: ReadWriteLock(zk, path, "zk-worker", **kw).write(),
             "zk-elect": lambda: LeaderElection(zk, path, "zk-worker", **kw),
+            "zk-latch": lambda: LeaderLatch(zk, path, "zk-worker", **kw),
         }[name]
     say("ready")
     if sys.stdin.readline().strip() != "go":
@@ -59,6 +61,14 @@ def main() -> int:
 
                 obj.run(lead)
                 node, t0, t1 = seen[0]
+            elif name == "zk-latch":  # as CuratorWorker's latch: start, await, hold, close
+                obj.start()
+                assert obj.wait()
+                t0 = time.monotonic()
+                time.sleep(pause)
+                t1 = time.monotonic()
+                node = obj.election.node.rsplit("/", 1)[1]
+                obj.close()
             elif name == "zk-elect":
                 obj.campaign()
                 t0 = time.monotonic()

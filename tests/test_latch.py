@@ -4,21 +4,26 @@ What users rely on: of two latches on one path exactly one leads; close() hands 
 and no thread or task; a leader whose session expires is told (False) before anyone else is told True,
 and campaigns again by itself at the back of the queue; leadership in doubt (a silent partition) is not
 reported as leadership; a leader's work is stopped (threads: a stop event; asyncio: the coroutine is
-cancelled and the caller sees LockLost) when leadership is lost; bad input fails before any request.
+cancelled) when leadership is lost, and run() raises LockLost on both fronts (with requeue: campaigns
+again); a latch that cannot campaign says so (start() raises, a later failure is raised by wait() and told
+to the listeners), a client stopped on purpose is no error in the log; wait() returns after the
+listeners ran; bad input fails before any request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import threading
 import time
+import uuid
 from typing import Any, Awaitable, Callable, List, Optional
 
 import pytest
 from lockhelpers import FAST_RECONNECT, children, wait_until
 
-from zkrecipes import LeaderElection, LeaderLatch, LockError, LockLost, aio
+from zkrecipes import ClientClosed, LeaderElection, LeaderLatch, LockError, LockLost, aio
 from zkrecipes.testing import Partition, expire_session
 
 PATH = "/latch"
@@ -55,6 +60,17 @@ def queue_of(zk, n: int, timeout: float = 15.0) -> list:
     observer = LeaderElection(zk, PATH)
     return wait_until(lambda: (ids := [c.identifier for c in synced(observer).contenders()]) and len(ids) == n
                       and ids, timeout, f"{n} candidates queued")
+
+
+def renewed(zk, identifier: str, old: str, timeout: float = 15.0) -> str:
+    """The name of ``identifier``'s node once it is another than ``old`` (the candidate queued again)."""
+    observer = LeaderElection(zk, PATH)
+
+    def found() -> Optional[str]:
+        nodes = [c.node for c in synced(observer).contenders() if c.identifier == identifier]
+        return nodes[0] if nodes and nodes[0] != old else None
+
+    return wait_until(found, timeout, f"a new node of {identifier}")
 
 
 def synced(election):
@@ -242,31 +258,175 @@ def test_bad_input_raises_before_any_request(zk_factory, monkeypatch):
     assert calls == [], f"requests were sent: {calls}"
 
 
-def test_threaded_run_sets_stop_when_leadership_ends(zk, zk_factory):
+def test_threaded_run_sets_stop_and_raises_lock_lost_when_leadership_is_lost(zk, zk_factory):
     e = LeaderElection(zk_factory(timeout=3.0), PATH, "runner")
-    started, outcome = threading.Event(), []
+    started, returned, outcome = threading.Event(), [], []
 
     def lead(stop: threading.Event, x: int) -> int:
         started.set()
         assert stop.wait(30), "stop was never set"
+        returned.append(x)
         return x
 
-    t = threading.Thread(target=lambda: outcome.append(e.run(lead, 7, stop=True)), daemon=True)
-    t.start()
-    assert started.wait(15)
+    def run(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> threading.Thread:
+        def body() -> None:
+            try:
+                outcome.append(e.run(fn, *args, **kwargs))
+            except Exception as exc:
+                outcome.append(exc)
+
+        started.clear()
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        assert started.wait(15)
+        return t
+
+    t = run(lead, 7, stop=True)
     expire_session(e.client)
     t.join(15)
-    assert outcome == [7] and e.lost.is_set() and not e.is_leader
+    assert returned == [7], "the leader's function did not return after stop was set"
+    assert len(outcome) == 1 and isinstance(outcome[0], LockLost), f"run() returned {outcome} for a lost term"
+    assert e.lost.is_set() and not e.is_leader and e.state == "idle"
     nothing_left(zk)
 
-    started.clear()
-    t = threading.Thread(target=lambda: outcome.append(e.run(lead, 8, stop=True)), daemon=True)
-    t.start()
-    assert started.wait(15)
-    e.resign()  # from another thread: the term ends, stop is set
+    def lead_until_lost() -> str:  # without stop=True: it reads election.lost
+        started.set()
+        assert e.lost.wait(30)
+        return "done"
+
+    t = run(lead_until_lost)
+    expire_session(e.client)
     t.join(15)
-    assert outcome == [7, 8] and not e.lost.is_set()
+    assert len(outcome) == 2 and isinstance(outcome[1], LockLost), f"run() returned {outcome[1:]} for a lost term"
     nothing_left(zk)
+
+    t = run(lead, 8, stop=True)
+    e.resign()  # from another thread: the term ends, stop is set; not lost: func's result
+    t.join(15)
+    assert outcome[2:] == [8] and not e.lost.is_set()
+    nothing_left(zk)
+
+
+def test_threaded_run_requeue_campaigns_again_after_a_lost_term(zk, zk_factory):
+    e = LeaderElection(zk_factory(timeout=3.0), PATH, "pool")
+    tokens: List[int] = []
+
+    def term(stop: threading.Event) -> str:
+        tokens.append(e.token)
+        e.check()
+        if len(tokens) == 2:
+            expire_session(e.client)  # this term is lost: stop is set, then the run campaigns again
+            assert stop.wait(30)
+        if len(tokens) == 4:
+            e.cancel()  # the run ends after this term
+        return "done"
+
+    assert e.run(term, requeue=True, stop=True) is None
+    assert len(tokens) == 4 and tokens == sorted(set(tokens))
+    assert not e.is_leader and e.state == "idle"
+    nothing_left(zk)
+
+
+def test_wait_returns_once_the_listeners_were_told(zk, zk_factory):
+    """wait() -> True comes after every listener's fn(True) returned (as Curator's await() after its
+    listeners): code after wait() sees what its listeners did."""
+    latch = LeaderLatch(zk_factory(), PATH, "a")
+    in_listener, let_go = threading.Event(), threading.Event()
+
+    def slow(leading: bool) -> None:
+        if leading:
+            in_listener.set()
+            assert let_go.wait(30)
+
+    latch.add_listener(slow)
+    told = Told(latch)  # after slow: told True only once slow returned
+    latch.start()
+    assert in_listener.wait(15) and latch.has_leadership
+    assert latch.wait(timeout=0.3) is False, "wait() returned before the listeners were told"
+    let_go.set()
+    assert latch.wait(timeout=15) is True and told.values == [True]
+    latch.close()
+    nothing_left(zk)
+
+
+def test_start_raises_on_a_stopped_or_never_started_client(zk, zk_factory):
+    never = zk_factory(start=False)
+    stopped = zk_factory()
+    stopped.stop()
+    for client in (never, stopped):
+        latch = LeaderLatch(client, PATH, "a")
+        told = Told(latch)
+        with pytest.raises(ClientClosed, match="stopped"):
+            latch.start()
+        assert isinstance(latch.error, ClientClosed) and not latch._thread.is_alive()
+        with pytest.raises(ClientClosed):
+            latch.wait(timeout=1)
+        assert told.values == [False]  # the failure told
+        with pytest.raises(ClientClosed):
+            with LeaderLatch(client, PATH, "b"):
+                pass
+    nothing_left(zk)
+
+
+@pytest.mark.parametrize("foreign", ["kazoo", "curator"])
+def test_start_raises_on_a_foreign_node_on_the_path(zk, zk_factory, foreign, caplog):
+    """Another library's election node on the path: the default node format cannot queue with it."""
+    name = f"{uuid.uuid4().hex}__lock__" if foreign == "kazoo" else f"_c_{uuid.uuid4()}-latch-"
+    zk.create(f"{PATH}/{name}", b"other", ephemeral=True, sequence=True, makepath=True)
+    latch = LeaderLatch(zk_factory(), PATH, "a")
+    told = Told(latch)
+    with pytest.raises(LockError, match=f"refusing to queue.*protocol='{foreign}'"):
+        latch.start()
+    loud = [r for r in caplog.records if r.name.startswith("zkrecipes") and r.levelno >= logging.WARNING]
+    assert loud == [], "a failure raised to the caller was also logged as one"
+    assert not latch._thread.is_alive() and told.values == [False]
+    assert [n for n in children(zk, PATH) if not n.startswith(name)] == [], "our node was left behind"
+    with pytest.raises(LockError, match="refusing"):
+        latch.wait()
+
+
+def test_a_later_failure_is_kept_raised_by_wait_and_told(zk, zk_factory):
+    """A kazoo node that joins while the latch waits: found by the latch's next listing, which refuses it."""
+    leader = LeaderElection(zk_factory(), PATH, "leader")
+    assert leader.campaign(timeout=15)
+    middle = LeaderElection(zk_factory(), PATH, "middle")
+    waiting = threading.Thread(target=middle.campaign, daemon=True)
+    waiting.start()
+    queue_of(zk, 2)
+    latch = LeaderLatch(zk_factory(), PATH, "latch")
+    told = Told(latch)
+    latch.start()  # queued behind middle
+    assert queue_of(zk, 3) == ["leader", "middle", "latch"]
+    zk.create(f"{PATH}/{uuid.uuid4().hex}__lock__", b"kazoo", ephemeral=True, sequence=True)  # (kazoo's data: its id)
+    middle.cancel()  # the latch's predecessor goes: it lists the queue again and finds the kazoo node
+    waiting.join(15)
+    with pytest.raises(LockError, match="refusing to queue"):
+        latch.wait(timeout=15)
+    assert isinstance(latch.error, LockError) and told.wait_for([False])
+    latch._thread.join(15)
+    assert not latch._thread.is_alive() and not latch.has_leadership
+    assert [c.identifier for c in leader.contenders()] == ["leader", "kazoo"], "the latch's node was left behind"
+    leader.resign()
+
+
+def test_a_client_stopped_under_a_running_latch(zk_factory, caplog):
+    client = zk_factory()
+    latch = LeaderLatch(client, PATH, "a")
+    told = Told(latch)
+    latch.start()
+    assert latch.wait(timeout=15)
+    with caplog.at_level(logging.INFO, logger="zkrecipes"):
+        client.stop()  # (the latch learns it from the session's end, moments later)
+        told.wait_for([True, False, False])  # leadership left, then the failure
+        with pytest.raises(ClientClosed):
+            latch.wait(timeout=15)
+        latch._thread.join(15)
+    assert not latch._thread.is_alive() and isinstance(latch.error, ClientClosed)
+    ours = [r for r in caplog.records if r.name.startswith("zkrecipes")]
+    loud = [r for r in ours if r.levelno >= logging.WARNING or r.exc_info]
+    assert loud == [], "a stop on purpose was logged as a failure"
+    assert any("stopped campaigning" in r.getMessage() for r in ours if r.levelno == logging.INFO)
+    latch.close()
 
 
 # -- asyncio ---------------------------------------------------------------------------------------------
@@ -281,6 +441,66 @@ def arun(body: Callable[[], Awaitable[Any]], timeout: float = 90.0) -> Any:
 
 async def in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def test_aio_start_raises_at_once_and_a_plain_with_points_to_async_with(zk, zk_factory):
+    never = zk_factory(start=False)
+    name = f"_c_{uuid.uuid4()}-latch-"
+    zk.create(f"/foreign/{name}", b"curator", ephemeral=True, sequence=True, makepath=True)
+
+    async def body() -> None:
+        latch = aio.LeaderLatch(never, PATH, "a")
+        told = AioTold(latch)
+        with pytest.raises(ClientClosed, match="stopped"):
+            await latch.start()
+        assert latch._task.done() and isinstance(latch.error, ClientClosed) and told.seen[-1][0] is False
+        with pytest.raises(ClientClosed):
+            await latch.wait(1)
+        with pytest.raises(ClientClosed):
+            async with aio.LeaderLatch(never, PATH, "b"):
+                pass
+
+        unawaited = aio.LeaderLatch(never, PATH, "c")
+        unawaited.start()  # not awaited: the failure is kept, and wait() raises it
+        with pytest.raises(ClientClosed):
+            await unawaited.wait(15)
+
+        foreign = aio.LeaderLatch(zk_factory(), "/foreign", "d")
+        told = AioTold(foreign)
+        with pytest.raises(LockError, match="refusing to queue.*protocol='curator'"):
+            await foreign.start()
+        assert foreign._task.done() and [v for v, _, _ in told.seen] == [False]
+        assert [n for n in children(zk, "/foreign") if not n.startswith(name)] == [], "our node was left behind"
+
+        with pytest.raises(TypeError, match="async with"):
+            with aio.LeaderLatch(zk, PATH):  # type: ignore[attr-defined]
+                pass
+
+    arun(body)
+    nothing_left(zk)
+
+
+def test_aio_client_stopped_under_a_running_latch(zk_factory, caplog):
+    client = zk_factory()
+
+    async def body() -> None:
+        latch = aio.LeaderLatch(client, PATH, "a")
+        told = AioTold(latch)
+        await latch.start()
+        assert await latch.wait(timeout=15)
+        with caplog.at_level(logging.INFO, logger="zkrecipes"):
+            await in_thread(client.stop)  # (the latch learns it from the session's end, moments later)
+            await told.wait_for([True, False, False])  # leadership left, then the failure
+            with pytest.raises(ClientClosed):
+                await latch.wait(timeout=15)
+            await latch.close()
+        assert latch._task.done()
+
+    arun(body)
+    ours = [r for r in caplog.records if r.name.startswith("zkrecipes")]
+    loud = [r for r in ours if r.levelno >= logging.WARNING or r.exc_info]
+    assert loud == [], "a stop on purpose was logged as a failure"
+    assert any("stopped campaigning" in r.getMessage() for r in ours if r.levelno == logging.INFO)
 
 
 class AioTold:
@@ -336,10 +556,15 @@ def test_aio_latches_hand_over_on_close_and_on_expiry(zk, zk_ensemble, zk_factor
             await told_a.wait_for([True, False, True])
 
             c = aio.LeaderLatch(cc, PATH, "c")  # a session expired at once (expire_session): c requeues
-            c.start()
+            await c.start()
             assert await in_thread(queue_of, zk, 2) == ["a", "c"]
+            first = await in_thread(renewed, zk, "c", "")  # c's node, queued behind a
+            old = zk.exists(f"{PATH}/{first}")
             await in_thread(expire_session, cc)
-            assert await in_thread(queue_of, zk, 2) == ["a", "c"]
+            # a new node of c's new session, not the old one still listed
+            new = await in_thread(renewed, zk, "c", first)
+            assert zk.exists(f"{PATH}/{new}").czxid > old.czxid and await in_thread(queue_of, zk, 2) == ["a", "c"]
+            assert zk.exists(f"{PATH}/{new}").ephemeralOwner == cc.client_id[0] != old.ephemeralOwner
             await a.close()
             assert a._task.done() and told_a.seen[-1][0] is False and await a.wait() is False
             assert await c.wait(timeout=15) is True

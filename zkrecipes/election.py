@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, TypeVar
+from typing import Any, Callable, Dict, Generator, List, Literal, Optional, Tuple, TypeVar
 
 from kazoo.exceptions import NoNodeError, SessionExpiredError
 
@@ -34,6 +34,7 @@ IDLE: ElectionState = "idle"
 CANDIDATE: ElectionState = "candidate"
 LEADER: ElectionState = "leader"
 R = TypeVar("R")
+LEAD = object()  # what the term loop yields where the front runs the leader's function (ElectionCore._term_steps)
 
 
 class ElectionCore(Participant):
@@ -120,6 +121,35 @@ class ElectionCore(Participant):
 
     def _check(self) -> Steps[None]:
         yield from self._certain(self._fence_hold(), "leadership")
+
+    def _term_steps(self, requeue: bool, fresh: bool) -> Generator[Any, Any, Any]:
+        """run()'s terms, for both fronts: campaign, lead, step down; with ``requeue`` again until cancel()
+        or resign(). Yields the steps of a campaign or a step-down for the front to run (``_run``), and
+        :data:`LEAD` where the front runs the leader's function until the term ends: its result is sent
+        in, its exception thrown in -- LockLost if the term was lost meanwhile (see :meth:`_lost_term`).
+        A lost term raises LockLost, or with ``requeue`` campaigns again; the run returns the function's
+        result (None once cancelled). ``fresh=False``: a cancel() that came before is not forgotten (a latch)."""
+        while True:
+            if not (yield self._campaign(fresh)):
+                return None
+            fresh = False
+            try:
+                result = yield LEAD
+            except LockLost:
+                if not requeue:
+                    raise
+                log.info("%s: leadership lost; campaigning again", self.path)
+            else:
+                if not requeue:
+                    return result
+            finally:
+                yield self._step_down()
+            if self._is_cancelled():
+                return None
+
+    def _lost_term(self, what: str) -> LockLost:
+        """The error of a term lost while the leader ran; ``what`` says what became of the leader."""
+        return LockLost(f"{self.path}: leadership lost; {what}")
 
     def _on_term_end(self, fn: Callable[[], None]) -> Callable[[], None]:
         """Call ``fn()`` once when the current term ends -- lost, or stepped down (by anyone) -- at once
@@ -245,15 +275,19 @@ class LeaderElection(Threaded, ElectionCore):
     ) -> Optional[R]:
         """Campaign, call ``func(*args, **kwargs)`` as leader, resign when it returns or raises.
 
-        Returns what ``func`` returned. With ``requeue=True`` campaign again after each term (a worker
-        pool keeps a leader) until :meth:`cancel` or :meth:`resign` is called from another thread; returns
-        None then (after the current term, if one is running). If ``func`` raises, resign and re-raise.
+        Returns what ``func`` returned. If ``func`` raises, resign and re-raise. If leadership was lost
+        while ``func`` ran (the session expired, or the lost deadline passed: before another candidate
+        can lead), resign and raise :class:`~zkrecipes.LockLost` once ``func`` returns, as the asyncio
+        :meth:`aio.LeaderElection.run <zkrecipes.aio.LeaderElection.run>` does. With ``requeue=True``
+        campaign again after each term, a lost one included (a worker pool keeps a leader), until
+        :meth:`cancel` or :meth:`resign` is called from another thread; returns None then (after the
+        current term, if one is running). A LockLost that ``func`` raises itself (from :meth:`check`)
+        ends its term as a lost one.
 
         A thread cannot be interrupted: ``func`` runs on after leadership is lost unless it looks. With
         ``stop=True`` it is called as ``func(stop, *args, **kwargs)``, ``stop`` a :class:`threading.Event`
-        set when the term ends -- leadership lost (the session expired, or the lost deadline passed:
-        before another candidate can lead) or :meth:`resign` called from another thread -- and it should
-        return then. Before each side effect it still calls :meth:`check` (which also refuses a
+        set when the term ends -- leadership lost or :meth:`resign` called from another thread -- and it
+        should return then. Before each side effect it still calls :meth:`check` (which also refuses a
         suspended leadership) or reads :attr:`lost`.
         """
         if not callable(func):
@@ -268,22 +302,32 @@ class LeaderElection(Threaded, ElectionCore):
         self, func: Callable[..., R], args: Tuple[Any, ...], kwargs: Dict[str, Any], requeue: bool, stop: bool,
         fresh: bool,
     ) -> Optional[R]:
-        """run()'s terms; ``fresh=False``: a cancel() that came before this call is not forgotten (a latch)."""
+        """run()'s terms (:meth:`ElectionCore._term_steps`) on the calling thread."""
+        terms = self._term_steps(requeue, fresh)
+        send: Any = None
+        error: Optional[BaseException] = None
         while True:
-            if not self._run(self._campaign(fresh)):
-                return None
-            fresh = False
-            ended = threading.Event()
-            forget = self._on_term_end(ended.set)
             try:
-                result = func(ended, *args, **kwargs) if stop else func(*args, **kwargs)
-            finally:
-                forget()
-                self._run(self._step_down())
-            if not requeue:
-                return result
-            if self._is_cancelled():
-                return None
+                op = terms.throw(error) if error is not None else terms.send(send)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                send, error = (self._lead(func, args, kwargs, stop) if op is LEAD else self._run(op)), None
+            except BaseException as exc:  # Ctrl-C too: the loop steps down
+                send, error = None, exc
+
+    def _lead(self, func: Callable[..., R], args: Tuple[Any, ...], kwargs: Dict[str, Any], stop: bool) -> R:
+        """Call ``func`` as leader (with the stop event if ``stop``); LockLost once it returns if the term was
+        lost meanwhile (a thread cannot be interrupted: it is told afterwards)."""
+        ended = threading.Event()
+        forget = self._on_term_end(ended.set)
+        try:
+            result = func(ended, *args, **kwargs) if stop else func(*args, **kwargs)
+        finally:
+            forget()
+        if ended.is_set() and self.lost.is_set():
+            raise self._lost_term("the leader's function returned after it")
+        return result
 
     def check(self) -> None:
         """Return if leadership is certain; raise LockLost if lost, uncertain (suspended, unless

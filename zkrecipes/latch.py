@@ -18,10 +18,10 @@ import tenacity
 from kazoo.client import KazooClient
 from kazoo.security import ACL
 
-from . import formats
+from . import _kazoo, formats
 from ._signature import NamedInit
 from .election import LEADER, ElectionCore, LeaderElection
-from .errors import LockError
+from .errors import ClientClosed, LockError
 from .naming import validate_timeout
 
 log = logging.getLogger("zkrecipes.latch")
@@ -34,9 +34,22 @@ class LatchRun(ElectionCore):
     """What the election a latch runs adds to its front's LeaderElection: a background run (a front's
     ``_background``) whose campaigns are not fresh, so a cancel() after :meth:`_rearm` is never lost."""
 
+    _queued: Callable[[], None]  # the latch's: told when a campaign is about to wait in the queue
+
     def _rearm(self) -> None:
         """Forget a cancel() that came before the latch started (its later campaigns forget none)."""
         self._cancelled = False
+
+    def _seen_by(self) -> Optional[Callable[[int], None]]:
+        """The election's ``seen`` (on_ahead's, the hooks'), and the latch told that its campaign waits."""
+        seen, queued = super()._seen_by(), self._queued
+
+        def told(ahead: int) -> None:
+            queued()
+            if seen is not None:
+                seen(ahead)
+
+        return told
 
 
 class LatchElection(LatchRun, LeaderElection):
@@ -72,9 +85,15 @@ class LatchCore(NamedInit):
         self._lock = threading.Lock()
         self._listeners: List[LatchListener] = []
         self._leading = False  # as last told to the listeners
+        self._announced = False  # leadership, and every listener has been told so (what wait() waits for)
+        self._placed = False  # a campaign led or waited in the queue: past the first step, where start() raises
         self._started = False
         self._closed = False  # close() was called, or the background run ended
+        self.error: Optional[BaseException] = None
+        """The failure that stopped the background campaign (a stopped client, a foreign node on the path,
+        ...), else None. Raised by :meth:`wait` (and by :meth:`start` if the campaign fails at once)."""
         self._setup()
+        self.election._queued = self._queued
         self.election.add_listener(self._on_state)
 
     def _setup(self) -> None:
@@ -101,9 +120,11 @@ class LatchCore(NamedInit):
     def add_listener(self, fn: LatchListener) -> None:
         """Call ``fn(True)`` when this latch becomes leader and ``fn(False)`` when it stops (suspended,
         lost, closed), once per change and in order, never on kazoo's threads (in :mod:`zkrecipes.aio`:
-        on the event loop's thread). ``fn(False)`` for a lost or doubtful leadership comes when the
-        election's state leaves ``"leader"``: before the server can expire the session and elect another
-        candidate (the doubt clock, :doc:`session-loss`). Keep it short."""
+        on the event loop's thread); :meth:`wait` returns True only once every listener was told True.
+        ``fn(False)`` for a lost or doubtful leadership comes when the election's state leaves
+        ``"leader"``: before the server can expire the session and elect another candidate (the doubt
+        clock, :doc:`session-loss`). A failure that stops the campaign (:attr:`error`) is told as
+        ``fn(False)`` too, also to a latch that was not leading. Keep it short."""
         if not callable(fn):
             raise TypeError(f"listener must be callable, got {fn!r}")
         with self._lock:
@@ -122,8 +143,18 @@ class LatchCore(NamedInit):
             if leading == self._leading:
                 return
             self._leading = leading
+            self._announced = False
+            self._placed = self._placed or leading
             listeners = list(self._listeners)
+        if leading:
+            self._wake()  # (start() waits for no listener)
+        self._tell(listeners, leading)
+        if leading:
+            with self._lock:
+                self._announced = self._leading  # (unless a listener closed it meanwhile)
         self._wake()
+
+    def _tell(self, listeners: List[LatchListener], leading: bool) -> None:
         _telling.latch = self
         try:
             for fn in listeners:
@@ -133,6 +164,13 @@ class LatchCore(NamedInit):
                     log.exception("listener %r of the latch on %s failed", fn, self.path)
         finally:
             _telling.latch = None
+
+    def _queued(self) -> None:
+        """The campaign is about to wait in the queue (its node made, the queue read): past its first step."""
+        if not self._placed:
+            with self._lock:
+                self._placed = True
+            self._wake()
 
     # -- the phases -----------------------------------------------------------------------------------
     def _begin(self) -> None:
@@ -153,16 +191,43 @@ class LatchCore(NamedInit):
         return not was
 
     def _ended(self, error: Optional[BaseException]) -> None:
-        """The background run is over (closed, or it failed: nothing campaigns any more)."""
-        if error is not None:
-            log.error("%s: the LeaderLatch stopped campaigning: %s", self.path, error, exc_info=error)
+        """The background run is over: closed, or it failed (nothing campaigns any more). A failure is kept
+        (:attr:`error`), logged, and told to the listeners as False; a close() before it hides it."""
         with self._lock:
+            if self._closed:
+                error = None  # closed on purpose: what failed after it is nobody's concern
+            self.error = error
             self._closed = True
+            listeners = []
+            at_once = not self._placed  # start() raises it
+            if error is not None:
+                self._leading = self._announced = False
+                listeners = list(self._listeners)
+        if error is not None:
+            if at_once or isinstance(error, ClientClosed) and _kazoo.is_stopped(self.election.client):
+                log.info("%s: the LeaderLatch stopped campaigning: %s", self.path, error)
+            elif isinstance(error, LockError):
+                log.warning("%s: the LeaderLatch stopped campaigning: %s", self.path, error)
+            else:
+                log.error("%s: the LeaderLatch stopped campaigning: %s", self.path, error, exc_info=error)
+            self._tell(listeners, False)
         self._wake()
 
+    def _begun(self) -> bool:
+        """What start() waits for: the first campaign leads or waits in the queue, or the run is over."""
+        return self._placed or self._closed
+
     def _settled(self) -> bool:
-        """What wait() waits for: leadership, or nothing left to wait for (latent, closed)."""
-        return not self._started or self._closed or self.has_leadership
+        """What wait() waits for: leadership told to every listener, or nothing left to wait for (latent,
+        closed, failed)."""
+        return not self._started or self._closed or (self._announced and self.has_leadership)
+
+    def _outcome(self) -> bool:
+        """wait()'s result once settled (or timed out): :attr:`error` raised, else leadership."""
+        error = self.error
+        if error is not None:
+            raise error
+        return self._announced and self.has_leadership
 
     def _may_join(self) -> bool:
         """close() may wait for the background run: not from inside this latch's own listeners."""
@@ -183,11 +248,13 @@ class LeaderLatch(LatchCore):
     ``LeaderLatch(zk, "/election/reports", identifier="worker-7")`` takes the keywords of
     :class:`LeaderElection` (``host=``, ``acl=``, ``retry=``, ``tolerate_suspended=``, ``protocol=``;
     ``protocol="curator"`` shares the path with Curator's ``LeaderLatch``). :meth:`start` campaigns on
-    one thread of its own; :attr:`has_leadership`, :meth:`wait` and listeners (``fn(True)`` /
-    ``fn(False)``) follow leadership; after a loss it campaigns again by itself, at the back of the
-    queue. :meth:`close` (or leaving ``with``) resigns: our node deleted, the thread ended. Side effects
-    still go through :attr:`election`: ``latch.election.check()`` before each, ``latch.election.token``
-    with each write.
+    one thread of its own (and raises what an acquire would raise at once); :attr:`has_leadership`,
+    :meth:`wait` and listeners (``fn(True)`` / ``fn(False)``) follow leadership; after a loss it
+    campaigns again by itself, at the back of the queue. A failure that stops the campaign later is
+    kept in :attr:`error`, raised by :meth:`wait` and told to the listeners as ``fn(False)``.
+    :meth:`close` (or leaving ``with``) resigns: our node deleted, the thread ended. Side effects still
+    go through :attr:`election`: ``latch.election.check()`` before each, ``latch.election.token`` with
+    each write.
     """
 
     _election_class = LatchElection
@@ -202,11 +269,27 @@ class LeaderLatch(LatchCore):
             self._cond.notify_all()
 
     def start(self) -> None:
-        """Start campaigning on a background thread (at most one per latch) and return. Raises LockError
-        if the latch was started before or is closed."""
+        """Start campaigning on a background thread (at most one per latch); return once the campaign
+        leads or waits in the queue (one round trip; without a connection, it waits for one as an
+        acquire does).
+
+        Raises what :meth:`FairLock.acquire <zkrecipes.FairLock.acquire>` raises at once, the latch then
+        closed and its thread ended: :class:`~zkrecipes.ClientClosed` if the client is stopped or was
+        never started, LockError for a node on the path that this node format cannot queue with (another
+        library's, or zkrecipes' in another ``protocol=``; our node is deleted). Raises LockError if the
+        latch was started before or is closed. A later failure is kept in :attr:`error`."""
         self._begin()
         self._thread = threading.Thread(target=self._life, name=f"zkrecipes-latch {self.path}", daemon=True)
         self._thread.start()
+        try:
+            with self._cond:
+                self._cond.wait_for(self._begun)
+        except BaseException:  # Ctrl-C: nothing left campaigning
+            self.close()
+            raise
+        if self.error is not None:
+            self.close()  # (the thread has ended, or is about to)
+            raise self.error
 
     def _life(self) -> None:
         error = None
@@ -218,12 +301,13 @@ class LeaderLatch(LatchCore):
             self._ended(error)
 
     def wait(self, timeout: Optional[float] = None) -> bool:
-        """Wait until this latch leads; True then. False when ``timeout`` passes, or at once if the latch
-        is not started or is closed (also by :meth:`close` meanwhile)."""
+        """Wait until this latch leads and every listener was told so; True then. False when ``timeout``
+        passes, or at once if the latch is not started or is closed (also by :meth:`close` meanwhile).
+        Raises :attr:`error` if the background campaign failed (a stopped client: ClientClosed)."""
         timeout = validate_timeout(timeout)
         with self._cond:
             self._cond.wait_for(self._settled, timeout)
-        return self.has_leadership
+        return self._outcome()
 
     def close(self) -> None:
         """Resign and stop: a pending campaign ends, a leader deletes its node (listeners told

@@ -98,7 +98,19 @@ class _Done:  # the awaitable of steps that finished without a request: awaiting
         yield  # a generator: awaiting it suspends nothing
 
 
-class AioFront(Participant):
+class AsyncOnly:
+    """An asyncio object's plain ``with``: a TypeError that points to ``async with``."""
+
+    if not TYPE_CHECKING:  # (hidden from type checkers: they flag a plain ``with`` on their own)
+        def __enter__(self) -> NoReturn:
+            raise TypeError(f"aio.{type(self).__name__} is for asyncio: use 'async with' in a coroutine, not "
+                            f"'with' (zkrecipes.{type(self).__name__} is the threaded one)")
+
+        def __exit__(self, *exc: object) -> None:  # never reached: __enter__ raises
+            pass
+
+
+class AioFront(AsyncOnly, Participant):
     """The asyncio front of a core: a hold is owned by a task; steps run on its loop (:class:`AioDriver`)."""
 
     _owner_word = "task"
@@ -113,14 +125,6 @@ class AioFront(Participant):
             return self._by_object
         task = _caller()
         return None if task is None else owner_of(task)
-
-    if not TYPE_CHECKING:  # (hidden from type checkers: they flag a plain ``with`` on their own)
-        def __enter__(self) -> NoReturn:
-            raise TypeError(f"aio.{type(self).__name__} is for asyncio: use 'async with' in a coroutine, not "
-                            f"'with' (zkrecipes.{type(self).__name__} is the threaded one)")
-
-        def __exit__(self, *exc: object) -> None:  # never reached: __enter__ raises
-            pass
 
     def _bind(self) -> None:
         loop = asyncio.get_running_loop()

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Tuple, TypeVar
 
 from .. import election as _election
-from ..election import ElectionCore
-from ..errors import LockCancelled, LockLost
+from ..election import LEAD, ElectionCore
+from ..errors import LockCancelled
 from ..naming import Contender, validate_timeout
 from ._driver import call_soon
 from ._lock import AioFront
-
-log = logging.getLogger("zkrecipes.aio.election")
 
 R = TypeVar("R")
 
@@ -69,24 +66,20 @@ class LeaderElection(AioFront, ElectionCore):
         self, coro_fn: Callable[..., Awaitable[R]], args: Tuple[Any, ...], kwargs: Dict[str, Any], requeue: bool,
         fresh: bool,
     ) -> Optional[R]:
-        """run()'s terms; ``fresh=False``: a cancel() that came before this call is not forgotten (a latch)."""
+        """run()'s terms (:meth:`ElectionCore._term_steps <zkrecipes.election.ElectionCore._term_steps>`) on
+        the loop."""
+        terms = self._term_steps(requeue, fresh)
+        send: Any = None
+        error: Optional[BaseException] = None
         while True:
-            if not await self._run(self._campaign(fresh)):
-                return None
-            fresh = False
             try:
-                result = await self._lead(coro_fn(*args, **kwargs))
-            except LockLost:
-                if not requeue:
-                    raise
-                log.info("%s: leadership lost; campaigning again", self.path)
-            else:
-                if not requeue:
-                    return result
-            finally:
-                await self._run(self._step_down())
-            if self._is_cancelled():
-                return None
+                op = terms.throw(error) if error is not None else terms.send(send)
+            except StopIteration as done:
+                return done.value  # type: ignore[no-any-return]
+            try:
+                send, error = (await (self._lead(coro_fn(*args, **kwargs)) if op is LEAD else self._run(op))), None
+            except BaseException as exc:  # a cancel of the caller too: the loop steps down
+                send, error = None, exc
 
     async def _lead(self, coro: Awaitable[R]) -> Optional[R]:
         """Await ``coro`` in a task cancelled when the term ends: LockLost if it was lost, else None."""
@@ -99,15 +92,18 @@ class LeaderElection(AioFront, ElectionCore):
 
         forget = self._on_term_end(end)
         try:
-            return await task  # (a cancel of the calling task cancels this task too)
+            result = await task  # (a cancel of the calling task cancels this task too)
         except asyncio.CancelledError:
             if not ended or _cancelling():
                 raise  # the caller was cancelled (or the coroutine cancelled itself), not the term ended
             if self.lost.is_set():
-                raise LockLost(f"{self.path}: leadership lost; the leader's coroutine was cancelled") from None
+                raise self._lost_term("the leader's coroutine was cancelled") from None
             return None
         finally:
             forget()
+        if ended and self.lost.is_set():  # it returned as the term was lost
+            raise self._lost_term("the leader's coroutine returned after it")
+        return result
 
     async def __aenter__(self) -> "LeaderElection":
         if not await self.campaign():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Optional, Set
+from typing import Any, Callable, Generator, Optional, Set
 
 from ..errors import LockError
 from ..latch import LatchCore, LatchRun
 from ..naming import validate_timeout
+from ._lock import AsyncOnly
 from .election import LeaderElection
 
 
@@ -24,10 +25,10 @@ class LatchElection(LatchRun, LeaderElection):
         await self._terms(_forever, (), {}, requeue=True, fresh=False)
 
 
-class LeaderLatch(LatchCore):
+class LeaderLatch(AsyncOnly, LatchCore):
     """Leadership that campaigns by itself in a task: :class:`zkrecipes.LeaderLatch` for asyncio.
 
-    ``latch.start()`` (from a coroutine) campaigns in one task of its own; ``await latch.wait()``,
+    ``await latch.start()`` (from a coroutine) campaigns in one task of its own; ``await latch.wait()``,
     :attr:`has_leadership` and listeners (``fn(True)`` / ``fn(False)``, on the event loop's thread) follow
     leadership; after a loss it campaigns again by itself. ``await latch.close()`` (or leaving ``async
     with``) resigns: our node deleted, the task done. Side effects go through :attr:`election` (an
@@ -46,15 +47,33 @@ class LeaderLatch(LatchCore):
             if not fut.done():
                 fut.set_result(None)
 
-    def start(self) -> None:
-        """Start campaigning in a task on the running loop and return. Raises LockError outside a running
-        loop, or if the latch was started before or is closed."""
+    def start(self) -> "Started":
+        """Start campaigning in a task on the running loop (at most one per latch), at the call.
+
+        Awaited, it returns once the campaign leads or waits in the queue (one round trip; without a
+        connection, it waits for one as an acquire does), and raises
+        what :meth:`aio.FairLock.acquire <zkrecipes.aio.FairLock.acquire>` raises at once, the latch then
+        closed and its task done: :class:`~zkrecipes.ClientClosed` if the client is stopped or was never
+        started, LockError for a node on the path that this node format cannot queue with (our node is
+        deleted). Not awaited, such a failure is kept in :attr:`error` and raised by :meth:`wait`. Raises
+        LockError at the call outside a running loop, or if the latch was started before or is closed."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             raise LockError("an aio.LeaderLatch runs on an event loop: start it from a coroutine") from None
         self._begin()
         self._task = loop.create_task(self._life())
+        return Started(self._first_step)
+
+    async def _first_step(self) -> None:
+        try:
+            await self._until(self._begun, None)
+        except BaseException:  # the caller was cancelled: nothing left campaigning
+            await self.close()
+            raise
+        if self.error is not None:
+            await self.close()  # (the task is done, or about to be)
+            raise self.error
 
     async def _life(self) -> None:
         error = None
@@ -66,21 +85,25 @@ class LeaderLatch(LatchCore):
             self._ended(error)
 
     async def wait(self, timeout: Optional[float] = None) -> bool:
-        """Wait until this latch leads; True then. False when ``timeout`` passes, or at once if the latch
-        is not started or is closed (also by :meth:`close` meanwhile)."""
+        """Wait until this latch leads and every listener was told so; True then. False when ``timeout``
+        passes, or at once if the latch is not started or is closed (also by :meth:`close` meanwhile).
+        Raises :attr:`error` if the background campaign failed (a stopped client: ClientClosed)."""
         timeout = validate_timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
+        await self._until(self._settled, None if timeout is None else time.monotonic() + timeout)
+        return self._outcome()
+
+    async def _until(self, settled: Callable[[], bool], deadline: Optional[float]) -> None:
+        """Wait until ``settled()`` (woken by ``_wake``) or the deadline passes."""
         loop = asyncio.get_running_loop()
-        while not self._settled():
+        while not settled():
             fut: "asyncio.Future[None]" = loop.create_future()
             self._waiters.add(fut)
             try:
                 await asyncio.wait_for(fut, None if deadline is None else max(0.0, deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                break
+                return
             finally:
                 self._waiters.discard(fut)
-        return self.has_leadership
 
     async def close(self) -> None:
         """Resign and stop: a pending campaign ends, a leader deletes its node (listeners told ``False``)
@@ -95,11 +118,24 @@ class LeaderLatch(LatchCore):
     async def __aenter__(self) -> "LeaderLatch":
         """``async with aio.LeaderLatch(zk, path) as latch:`` starts it (unless started), closes it on exit."""
         if not self._started:
-            self.start()
+            await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+
+class Started:
+    """What :meth:`LeaderLatch.start` returns: the campaign already runs; awaiting this waits for its first
+    step and raises its failure. Not a coroutine: leaving it unawaited is not an error."""
+
+    __slots__ = ("_first",)
+
+    def __init__(self, first: Callable[[], Any]) -> None:
+        self._first = first
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return self._first().__await__()  # type: ignore[no-any-return]
 
 
 async def _forever() -> None:
