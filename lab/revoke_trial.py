@@ -28,7 +28,10 @@ What is checked (:func:`check`, beside :func:`lab.check.check_trial`), and what 
   timeout + 1 s late (measured from the break, or from the end of a pause or partition the holder was in);
 - every marked hold still in progress ``REVOKE_SLACK`` after it could hear of the mark (after the mark
   was stored, or after the pause or partition the nemesis had it in then), and not lost by then (a lost
-  hold's node goes, and its mark with it), sees ``"revoke-requested"`` (``revoke_notices_missed`` = 0);
+  hold's node goes, and its mark with it), sees ``"revoke-requested"`` (``revoke_notices_missed`` = 0),
+  also one marked at the head of the queue before its ``acquire()`` returned;
+- in both counts, a hold whose process the nemesis killed (``holder-kill``) ends at the kill: nobody is
+  left to tell, though its node stays (marked, broken) until its session expires;
 - a break with a gone holder's token is refused and deletes nothing (``wrong_breaks`` = 0), and a break
   of a marked holder whose node was still there a moment before is done or refused because it just left.
 """
@@ -78,16 +81,20 @@ def run_worker(w) -> None:
         req = f"{w.slot}.{os.getpid()}.{impl}.{n}"
         n += 1
         w.rec("acquire", impl=impl, req=req, mode="x")
+        # named before the acquire: a mark put on our node before acquire() returns (the operator's listing
+        # found it at the head) is told as the hold begins, maybe before acquire() returns
+        current["hold"] = req
         try:
             ok = lock.acquire(timeout=max(0.01, w.remaining()))
         except Exception as exc:
+            current.pop("hold", None)
             w.rec("acquire_error", impl=impl, req=req, error=f"{type(exc).__name__}: {exc}")
             w.stop.wait(0.1)
             continue
         if not ok:
+            current.pop("hold", None)
             w.rec("acquire_fail", impl=impl, req=req)
             continue
-        current["hold"] = req
         token, node = lock.token, lock.node
         stubborn = rnd.random() < STUBBORN
         w.rec("grant", impl=impl, req=req, hold=req, mode="x", token=token, node=node, seq=_seq(node),
@@ -212,15 +219,13 @@ def judge(res: dict, events: list, nemesis: list, log: list, T: float) -> None:
     """Add the revoke trial's own counts to ``res["impls"]["revoke"]`` (see the module's docstring)."""
     r = res["impls"]["revoke"]
     t, rows = r["totals"], r["rows"]
-    holds: dict = {}
-    for e in events:
-        if e.get("impl") != "revoke":
-            continue
-        if e["ev"] == "grant":
-            holds[e["hold"]] = {"id": e["hold"], "pid": e["pid"], "token": e.get("token"), "node": e.get("node") or "",
-                                "grant": e["t"], "end": None, "release": None, "notices": [], "revoke_told": [],
-                                "stubborn": e.get("stubborn")}
-        elif e["ev"] == "release_start" and e["hold"] in holds:
+    mine = [e for e in events if e.get("impl") == "revoke"]
+    # every hold first: a listener may be told (a mark seen as the hold begins) before the grant is recorded
+    holds: dict = {e["hold"]: {"id": e["hold"], "pid": e["pid"], "token": e.get("token"), "node": e.get("node") or "",
+                               "grant": e["t"], "end": None, "release": None, "notices": [], "revoke_told": [],
+                               "stubborn": e.get("stubborn")} for e in mine if e["ev"] == "grant"}
+    for e in mine:
+        if e["ev"] == "release_start" and e["hold"] in holds:
             holds[e["hold"]]["end"] = e["t"]
         elif e["ev"] == "release" and e["hold"] in holds:
             holds[e["hold"]]["release"] = e["t"]
@@ -231,6 +236,12 @@ def judge(res: dict, events: list, nemesis: list, log: list, T: float) -> None:
                 holds[e["hold"]]["revoke_told"].append(e["t"])
         elif e["ev"] == "check_fail" and e["hold"] in holds:
             holds[e["hold"]]["notices"].append(e["t"])
+    # a hold whose process the nemesis killed (holder-kill) ends at the kill, as check_trial ends it: from
+    # then on nobody listens (its node stays until its session expires, and the operator may mark or break it)
+    kills = {f["target_pid"]: f["start"] for f in res["faults"] if f["kind"] == "holder-kill" and f.get("target_pid")}
+    for h in holds.values():
+        if h["end"] is None and h["pid"] in kills:
+            h["end"] = h["release"] = kills[h["pid"]]
     def can_hear(pid: int, t: float) -> float:
         """When a holder in ``pid`` could hear of something done at ``t``: then, or when a pause or
         partition of the nemesis that had it at ``t`` ended."""
@@ -269,8 +280,9 @@ def judge(res: dict, events: list, nemesis: list, log: list, T: float) -> None:
         if e["ev"] != "revoke":
             continue
         for name in e["nodes"]:
-            h = next((h for h in holds.values() if h["node"].endswith("/" + name)
-                      and h["grant"] <= e["end"]), None)
+            # the hold of that node (names are never reused), even one whose grant was recorded after the
+            # mark: the operator marks the head of the queue, which may not have heard of its grant yet
+            h = next((h for h in holds.values() if h["node"].endswith("/" + name)), None)
             if h is None or (h["end"] is not None and h["end"] <= e["end"]):
                 continue  # released before the mark was stored
             ref = can_hear(h["pid"], e["end"])

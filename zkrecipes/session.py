@@ -320,7 +320,7 @@ class Hold:
         self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
         self._watcher.subscribe(self._on_event)
         self.revoke = False  # a revoke request was seen on our node (see :meth:`follow_node`)
-        self._follow = 0  # 0: our node is not followed; 1: asked to; 2: its data watch is set
+        self._follow = 0  # 0: our node is not followed; 1: asked to; 2: its data watch is set (on this connection)
 
     def add_listener(self, fn: "Callable[[Hold, str], None]") -> None:
         """Call ``fn(hold, state)`` on each change."""
@@ -407,7 +407,9 @@ class Hold:
         """Follow our node with one data watch (idempotent; a read sent now, not waited for): a revoke mark
         on it (:func:`zkrecipes.naming.revoke_marked`) is told to the listeners as :data:`REVOKE` (once per
         hold; the state stays), and a delete by someone else (``break_lock``, an operator) marks the hold
-        lost. Everything is told on the dispatcher thread, never on kazoo's."""
+        lost. Everything is told on the dispatcher thread, never on kazoo's. The watch lives on one
+        connection (kazoo sets none again when it reconnects): each reconnection in our session reads the
+        node again, with a new watch, so what was written while we were away is told too."""
         with self._lock:
             if self._follow or self.released:
                 return
@@ -509,6 +511,6 @@ class Hold:
                 ok = False
             if ok:
                 self.verified_at = asked
-                if self._follow == 1:  # its watch could not be set while we were away
-                    self._read_node()
+                if self._follow:  # kazoo sets no watch again on a new connection: ours went with the old one
+                    self._read_node()  # (set it again, and read what was written while we were away)
             self._set(HELD if ok else LOST)

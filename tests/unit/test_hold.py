@@ -103,3 +103,46 @@ def test_a_check_sees_a_new_session_before_the_dispatcher_does():
     h.client._session_id = SID + 1  # type: ignore[misc]  # kazoo reconnected with a new session: ours expired
     assert in_doubt(h, tolerate_suspended=True) == "lost: the session ended"
     assert h.state == LOST
+
+
+class Reply:  # a kazoo async result that has answered
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def get(self, block: bool = True) -> Any:
+        return self.value
+
+    def rawlink(self, fn: Callable[[Any], None]) -> None:
+        fn(self)
+
+
+class Stat:
+    czxid = 1  # the hold's token
+
+
+class Reading(Client):  # answers a hold's GetData with its node, unmarked
+    def __init__(self) -> None:
+        self.reads: List[Any] = []
+
+    def get_async(self, path: str, watch: Any = None) -> Reply:
+        self.reads.append((path, watch))
+        return Reply((b"", Stat()))
+
+
+def test_a_followed_hold_reads_its_node_again_with_a_new_watch_on_each_reconnection():
+    """A server keeps a watch only on the connection that set it, and kazoo does not set watches again
+    when it reconnects: the hold must, or a mark or a delete made after the reconnection goes untold."""
+    client = Reading()
+    h = Hold(client, "/p/n-0000000001", 1, SID, lambda h: True, lambda h: None, watcher=Watcher())  # type: ignore[arg-type]
+    h.follow_node()
+    assert len(client.reads) == 1 and client.reads[0][1] is not None  # read with a watch
+    for n in (2, 3):
+        h._watcher.emit(SUSPENDED)  # type: ignore[attr-defined]
+        h._watcher.emit(CONNECTED)  # type: ignore[attr-defined]
+        assert h.state == HELD
+        assert len(client.reads) == n and client.reads[-1] == ("/p/n-0000000001", client.reads[0][1])
+    unfollowed = Reading()
+    h = Hold(unfollowed, "/p/n-0000000002", 1, SID, lambda h: True, lambda h: None, watcher=Watcher())  # type: ignore[arg-type]
+    h._watcher.emit(SUSPENDED)  # type: ignore[attr-defined]
+    h._watcher.emit(CONNECTED)  # type: ignore[attr-defined]
+    assert unfollowed.reads == []  # a hold nobody listens to costs nothing more
