@@ -117,6 +117,8 @@ def test_a_dropped_lease_is_released_with_a_warning(zk, caplog):
         gc.collect()
         wait_until(lambda: zk.exists(node) is None, 10, "the dropped lease's node deleted")
         wait_until(lambda: any(node in r.getMessage() for r in caplog.records), 5, "a warning naming the node")
+    said = [r.getMessage() for r in caplog.records if node in r.getMessage()]
+    assert f"its owner, Lease (node {node}), garbage-collected while it held" in said[0], said  # the Lease
 
 
 def test_aio_leases(zk, zk_factory):

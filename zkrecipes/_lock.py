@@ -420,8 +420,17 @@ class LockCore(Participant):
         self._verify = me.verify  # type: ignore[method-assign]
         self._cleanup = me.cleanup  # type: ignore[method-assign]
         self._track = me.track  # type: ignore[method-assign]
-        fin = weakref.finalize(self, _orphaned, me, f"{type(self).__name__} {self.path!r} (owner='object', "
-                               "garbage-collected while it held)")
+        self._name_orphan(f"{type(self).__name__} {self.path!r} (owner='object')")
+
+    def _name_orphan(self, name: str) -> None:
+        """Release what this object-owned lock holds when it is garbage-collected, with a warning naming it
+        ``name`` (the object the caller used); a second call renames it."""
+        old: "Optional[weakref.finalize[Any, Any]]" = getattr(self, "_orphan", None)
+        if old is not None:
+            old.detach()
+        assert self._by_object is not None  # (owner="object" only)
+        fin = self._orphan = weakref.finalize(self, _orphaned, self._by_object,
+                                              f"{name}, garbage-collected while it held")
         fin.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
 
     # -- what a front supplies ---------------------------------------------------------------------

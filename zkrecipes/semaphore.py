@@ -128,6 +128,12 @@ class SemaphoreRecipe(LockCore):
     def _give_back(self) -> Steps[None]:
         return self._release(self._by_object)
 
+    def _as_lease(self) -> None:
+        """This object-owned semaphore is a Lease's now: its errors and its warning when dropped while held
+        name the Lease and its node, not this semaphore."""
+        self._lease = self.node or ""
+        self._name_orphan(f"Lease{f' (node {self._lease})' if self._lease else f' of {self.path!r}'}")
+
     def _not_held(self, released: bool = True) -> LockError:
         if self._lease is not None:  # the caller used a Lease, not this semaphore
             return LockError(f"{self.path}: Lease{f' (node {self._lease})' if self._lease else ''} released already")
@@ -173,7 +179,7 @@ class LeaseCore:
 
     def __init__(self, sem: Any) -> None:
         self._sem = sem
-        sem._lease = sem.node or ""  # (its misuse errors name the Lease and its node)
+        sem._as_lease()
 
     @property
     def token(self) -> Optional[int]:
