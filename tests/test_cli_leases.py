@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 
@@ -93,3 +94,23 @@ def test_bad_lease_counts_are_usage_errors(cli: Cli):
         r = cli.run("lock", *args, "/x", "--hosts", cli.hosts, "--", "true")
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and r.stderr.strip()
+
+
+def test_lease_holders_say_none_for_no_identifier_as_status_does(cli: Cli, zk):
+    """``lease_holders()`` (both fronts) and ``status --json`` agree: None (null) for a holder built without
+    an identifier, in queue order."""
+    from zkrecipes import Semaphore, aio
+
+    plain = Semaphore(zk, "/ids", 3).acquire_leases(1)
+    named = Semaphore(zk, "/ids", 3, identifier="w").acquire_leases(1)
+    sem = Semaphore(zk, "/ids", 3)
+    assert sem.lease_holders() == [None, "w"]
+    assert [row["identifier"] for row in status_json(cli, "/ids")] == [None, "w"]
+
+    async def aio_holders() -> list:
+        return await aio.Semaphore(zk, "/ids", 3).lease_holders()
+
+    assert asyncio.run(aio_holders()) == [None, "w"]
+    for lease in plain + named:
+        lease.release()
+    assert sem.lease_holders() == []

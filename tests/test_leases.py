@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import re
 import threading
 from typing import Any, List
 
@@ -33,12 +34,17 @@ def test_leases_are_taken_in_queue_order_and_released_from_any_thread(zk):
     assert [x.token for x in leases] == [zk.exists(x.node).czxid for x in leases]
     assert not sem.is_held  # the leases are not the calling thread's
     assert sem.lease_holders() == ["w1", "w1", "w1"]
+    nodes = [x.node for x in leases]
     t = threading.Thread(target=leases[0].release)
     t.start()
     t.join(20)
     assert not leases[0].is_held and leases[0].node is None and len(children(zk, "/leases")) == 2
-    with pytest.raises(LockError, match="/leases"):
+    # the message names the Lease the caller used, and its node (not the semaphore behind it)
+    said = re.escape(f"/leases: Lease (node {nodes[0]}) released already")
+    with pytest.raises(LockError, match=f"^{said}$"):
         leases[0].release()
+    with pytest.raises(LockError, match=f"^{said}$"):
+        leases[0].check()
     for lease in leases[1:]:
         with lease:
             lease.check()
@@ -111,6 +117,8 @@ def test_a_dropped_lease_is_released_with_a_warning(zk, caplog):
         gc.collect()
         wait_until(lambda: zk.exists(node) is None, 10, "the dropped lease's node deleted")
         wait_until(lambda: any(node in r.getMessage() for r in caplog.records), 5, "a warning naming the node")
+    said = [r.getMessage() for r in caplog.records if node in r.getMessage()]
+    assert f"its owner, Lease (node {node}), garbage-collected while it held" in said[0], said  # the Lease
 
 
 def test_aio_leases(zk, zk_factory):
@@ -130,8 +138,11 @@ def test_aio_leases(zk, zk_factory):
             async with leases[1]:
                 pass
 
+        first = leases[0].node
         await asyncio.create_task(elsewhere())
         assert children(zk, "/aio-leases") == []
+        with pytest.raises(LockError, match=re.escape(f"/aio-leases: Lease (node {first}) released already")):
+            await leases[0].release()
         held = other.acquire_leases(2)
         task = asyncio.create_task(sem.acquire_leases(2))
         await asyncio.sleep(0)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -495,6 +496,66 @@ def test_prometheus_path_label_maps_paths(zk_factory):
         assert registry.get_sample_value("zkrecipes_holding", {"recipe": "fair", "path": "jobs"}) == 0.0
     finally:
         metrics.uninstall()
+
+
+def test_prometheus_install_twice_returns_the_same_hooks_and_counts_once(zk_factory):
+    """A second ``install(registry)`` (a re-imported module, two libraries calling it) is harmless: the same
+    hooks, each event counted once; another path_label for that registry, or a registry holding metrics of
+    these names, is a ValueError naming the registry, with nothing registered by the failed call."""
+    from prometheus_client import CollectorRegistry, Counter
+
+    from zkrecipes.metrics import prometheus
+
+    registry = CollectorRegistry()
+    hooks = prometheus.install(registry=registry)
+    try:
+        again = prometheus.install(registry=registry)
+        assert again is hooks and metrics.installed is hooks
+        metrics.uninstall()
+        assert prometheus.install(registry=registry) is hooks and metrics.installed is hooks  # installed again
+        with FairLock(zk_factory(), "/metrics-twice"):
+            assert registry.get_sample_value("zkrecipes_holding", {"recipe": "fair"}) == 1.0
+        assert registry.get_sample_value("zkrecipes_acquire_wait_seconds_count",
+                                         {"recipe": "fair", "outcome": "acquired"}) == 1.0
+        names = sorted(m.name for m in registry.collect())
+        with pytest.raises(ValueError, match=f"registry {re.escape(repr(registry))} already has zkrecipes' "
+                                             "metrics, installed with path_label=None"):
+            prometheus.install(registry=registry, path_label=lambda p: "all")
+        assert sorted(m.name for m in registry.collect()) == names and metrics.installed is hooks
+
+        theirs = CollectorRegistry()
+        Counter("zkrecipes_lost", "someone else's", registry=theirs)
+        with pytest.raises(ValueError, match=f"registry {re.escape(repr(theirs))} already has a metric named "
+                                             "like zkrecipes' zkrecipes_lost"):
+            prometheus.install(registry=theirs)
+        assert [m.name for m in theirs.collect()] == ["zkrecipes_lost"]  # ours before it unregistered
+        assert metrics.installed is hooks
+    finally:
+        metrics.uninstall()
+
+
+def test_opentelemetry_install_twice_returns_the_same_hooks_and_counts_once(zk_factory):
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from zkrecipes.metrics import opentelemetry
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    hooks = opentelemetry.install(meter_provider=provider)
+    try:
+        assert opentelemetry.install(meter_provider=provider) is hooks and metrics.installed is hooks
+        labelled = opentelemetry.install(meter_provider=provider, path_label=lambda p: "all")
+        assert labelled is not hooks and metrics.installed is labelled  # the new label, the same instruments
+        with FairLock(zk_factory(), "/metrics-otel-twice"):
+            pass
+        waits = [p for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+                 for m in sm.metrics if m.name == "zkrecipes.acquire.wait" for p in m.data.data_points]
+        assert [(dict(p.attributes), p.count) for p in waits] == [
+            ({"recipe": "fair", "path": "all", "outcome": "acquired"}, 1)]
+    finally:
+        metrics.uninstall()
+        provider.shutdown()
 
 
 def test_opentelemetry_adapter_records_the_instruments(zk_factory):

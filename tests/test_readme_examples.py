@@ -10,6 +10,7 @@ fails here.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +18,7 @@ from typing import Any, Dict, List
 
 import pytest
 from kazoo.exceptions import NoNodeError
+from lockhelpers import children
 
 from zkrecipes import TransactionFailed
 
@@ -35,8 +37,9 @@ def readme_block(marker: str) -> str:
 def test_readme_python_blocks_are_all_covered():
     """Every ```python block of README.md is one of the blocks run below (a new block gets a test)."""
     blocks = BLOCK.findall(README.read_text())
-    covered = [b for b in blocks if "lock.transaction()" in b or "from zkrecipes import aio" in b]
-    assert len(blocks) == 2 and covered == blocks, f"{len(blocks)} blocks; uncovered: {set(blocks) - set(covered)}"
+    markers = ("lock.transaction()", "from zkrecipes import aio", "from zkrecipes.testing import Ensemble")
+    covered = [b for b in blocks if any(m in b for m in markers)]
+    assert len(blocks) == 3 and covered == blocks, f"{len(blocks)} blocks; uncovered: {set(blocks) - set(covered)}"
 
 
 def test_readme_threaded_block_runs_on_an_empty_namespace(zk_ensemble, zk_namespace, zk):
@@ -53,11 +56,19 @@ def test_readme_threaded_block_runs_on_an_empty_namespace(zk_ensemble, zk_namesp
         assert ns["election"].is_leader
         calls.append("leader")
 
+    def transfer() -> None:  # under the MultiLock: one node on each path, a is taken before b
+        nodes = {p: children(zk, p) for p in ("/accounts/a", "/accounts/b")}
+        assert [len(n) for n in nodes.values()] == [1, 1], nodes
+        czxid = {p: zk.exists(f"{p}/{n[0]}").czxid for p, n in nodes.items()}
+        assert czxid["/accounts/a"] < czxid["/accounts/b"], czxid  # the global order, not the list's
+        calls.append("transfer")
+
     ns.update(
         store=SimpleNamespace(write=lambda data, fencing_token: writes.append({"data": data, "token": fencing_token})),
         data=b"report",
         call_payment_api=lambda: calls.append("payment"),
         serve_as_leader=serve_as_leader,
+        transfer=transfer,
     )
     try:
         exec(compile(code, f"{README}:In Python", "exec"), ns)
@@ -66,7 +77,8 @@ def test_readme_threaded_block_runs_on_an_empty_namespace(zk_ensemble, zk_namesp
             ns["zk"].stop()
             ns["zk"].close()
     assert [w["data"] for w in writes] == [b"report"] and isinstance(writes[0]["token"], int), writes
-    assert calls == ["payment", "leader"]
+    assert calls == ["payment", "transfer", "leader"]
+    assert children(zk, "/accounts/a") == children(zk, "/accounts/b") == []  # the MultiLock released both
     assert zk.get("/config/current")[0] == b"v2"  # the fenced write was applied
     assert not ns["lock"].is_held
 
@@ -100,3 +112,27 @@ def test_readme_asyncio_block_runs_and_a_refused_op_raises(zk, zk_namespace):
     assert zk.exists("/orders/43") is None
     assert payments == ["42", "43"]
     assert zk.get_children("/sem/payment-api") == []  # every lease released, the failed one too
+
+
+def test_readme_ensemble_block_starts_zookeeper_and_the_holder_is_told(monkeypatch):
+    """The test kit block, as written: it starts its own ZooKeeper, expires the session and asserts the
+    holder was told; the server is stopped and its directory deleted at the end."""
+    import zkrecipes.testing
+
+    made: List[Any] = []
+
+    class Recorded(zkrecipes.testing.Ensemble):  # the block's Ensemble, kept to look at afterwards
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(zkrecipes.testing, "Ensemble", Recorded)  # what the block imports
+    ns: Dict[str, Any] = {"__name__": "readme_ensemble"}
+    try:
+        exec(compile(readme_block("from zkrecipes.testing import Ensemble"), f"{README}:Ensemble", "exec"), ns)
+    finally:
+        if "zk" in ns:
+            ns["zk"].stop()
+            ns["zk"].close()
+    assert ns["lock"].state == "lost" and len(made) == 1
+    assert made[0]._closed and not os.path.exists(made[0].workdir)

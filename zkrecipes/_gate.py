@@ -171,14 +171,17 @@ class Gate:
             if self.line or self.wakers:
                 self.changed()
 
-    def leave(self, me: Owner, kind: str, title: Optional[str] = None) -> LeaveResult:
+    def leave(self, me: Owner, kind: str, not_held: Optional[Callable[[], LockError]] = None) -> LeaveResult:
         """Release one level of ``me``'s side ``kind``. The last level of the last owner leaves the gate
-        busy (``last``): the caller deletes the node, then calls :meth:`released`. LockError naming
-        ``title`` (the recipe the caller used; :data:`TITLES` of ``kind`` if None) if ``me`` holds none."""
+        busy (``last``): the caller deletes the node, then calls :meth:`released`. If ``me`` holds none:
+        ``not_held()`` is raised (the caller's LockError, naming the object it used), else one naming
+        :data:`TITLES` of ``kind``."""
         with self.mutex:
             c = self.counts.get(me)
             if c is None or not (c.write if kind == WRITE else c.read):
-                raise LockError(f"{self.path}: {title or TITLES[kind]} released by a caller that does not hold it")
+                if not_held is not None:
+                    raise not_held()
+                raise LockError(f"{self.path}: {TITLES[kind]} released by a caller that does not hold it")
             if kind == WRITE:
                 c.write -= 1
                 if not c.write:

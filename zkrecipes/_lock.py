@@ -157,7 +157,7 @@ class ObjectOwner:
         obj = self.ref()
         assert obj is not None  # (its own release refers to it)
         gate = obj._gate_for(me)
-        left = gate.leave(me, obj._kind, obj._title)
+        left = gate.leave(me, obj._kind, obj._not_held)
         if not left.last:
             with gate.mutex:
                 mine = gate.objects.pop(self, None)
@@ -420,8 +420,17 @@ class LockCore(Participant):
         self._verify = me.verify  # type: ignore[method-assign]
         self._cleanup = me.cleanup  # type: ignore[method-assign]
         self._track = me.track  # type: ignore[method-assign]
-        fin = weakref.finalize(self, _orphaned, me, f"{type(self).__name__} {self.path!r} (owner='object', "
-                               "garbage-collected while it held)")
+        self._name_orphan(f"{type(self).__name__} {self.path!r} (owner='object')")
+
+    def _name_orphan(self, name: str) -> None:
+        """Release what this object-owned lock holds when it is garbage-collected, with a warning naming it
+        ``name`` (the object the caller used); a second call renames it."""
+        old: "Optional[weakref.finalize[Any, Any]]" = getattr(self, "_orphan", None)
+        if old is not None:
+            old.detach()
+        assert self._by_object is not None  # (owner="object" only)
+        fin = self._orphan = weakref.finalize(self, _orphaned, self._by_object,
+                                              f"{name}, garbage-collected while it held")
         fin.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
 
     # -- what a front supplies ---------------------------------------------------------------------
@@ -514,12 +523,22 @@ class LockCore(Participant):
         """Release one level of ``me``'s hold at once (LockError if ``me`` holds none); the steps left
         delete our node after the last (see :func:`_gate.finish_leave`)."""
         gate = self._gate_for(me)
-        return _gate.finish_leave(gate, gate.leave(me, self._kind, self._title))
+        return _gate.finish_leave(gate, gate.leave(me, self._kind, self._not_held))
+
+    def _not_held(self, released: bool = True) -> LockError:
+        """The LockError for a release (``released``), check or transaction by a caller that holds nothing
+        here, naming the object the caller used (for every recipe and both fronts)."""
+        if self._by_object is not None:
+            return LockError(f"{self.path}: this {self._title} (owner='object') holds nothing: released "
+                             "already, or not acquired")
+        if released:
+            return LockError(f"{self.path}: {self._title} released by a caller that does not hold it")
+        return LockError(f"{self.path}: {self._title} not held by the calling {self._owner_word}")
 
     def _check(self, me: Optional[Owner]) -> Steps[None]:
         hold = self._my_hold(me)
         if hold is None:
-            raise LockError(f"{self.path}: {self._title} not held by the calling {self._owner_word}")
+            raise self._not_held(released=False)
         yield from self._certain(hold, "hold")
 
     def cancel(self) -> None:
@@ -607,7 +626,7 @@ class LockCore(Participant):
     def _fence_hold(self) -> Hold:
         hold = self._my_hold(self._current_owner())
         if hold is None:
-            raise LockError(f"{self.path}: {self._title} not held by the calling {self._owner_word}")
+            raise self._not_held(released=False)
         return hold
 
     @property

@@ -28,6 +28,7 @@ class SemaphoreRecipe(LockCore):
     _kind = naming.LEASE
     _title = "Semaphore"
     _metric = "semaphore"
+    _lease: Optional[str] = None  # set for a Lease's semaphore (its node): its messages name the Lease
 
     def __init__(
         self,
@@ -127,9 +128,20 @@ class SemaphoreRecipe(LockCore):
     def _give_back(self) -> Steps[None]:
         return self._release(self._by_object)
 
-    def _lease_holders(self) -> Steps[List[str]]:
+    def _as_lease(self) -> None:
+        """This object-owned semaphore is a Lease's now: its errors and its warning when dropped while held
+        name the Lease and its node, not this semaphore."""
+        self._lease = self.node or ""
+        self._name_orphan(f"Lease{f' (node {self._lease})' if self._lease else f' of {self.path!r}'}")
+
+    def _not_held(self, released: bool = True) -> LockError:
+        if self._lease is not None:  # the caller used a Lease, not this semaphore
+            return LockError(f"{self.path}: Lease{f' (node {self._lease})' if self._lease else ''} released already")
+        return super()._not_held(released)
+
+    def _lease_holders(self) -> Steps[List[Optional[str]]]:
         queue = yield from self._contenders()
-        return [c.identifier or "" for c in queue[: self.max_leases]]
+        return [c.identifier for c in queue[: self.max_leases]]  # (None, as status and contenders() show)
 
     @property
     def state(self) -> LockState:
@@ -167,6 +179,7 @@ class LeaseCore:
 
     def __init__(self, sem: Any) -> None:
         self._sem = sem
+        sem._as_lease()
 
     @property
     def token(self) -> Optional[int]:
@@ -267,9 +280,12 @@ class Semaphore(SemaphoreRecipe, Lock):
         got = self._run(self._take_leases(sems, blocking), deadline, not blocking)
         return [Lease(sem) for sem in sems] if got else []
 
-    def lease_holders(self) -> List[str]:
-        """The identifiers of the current holders, in queue order (``""`` for a holder built without one),
-        as kazoo's ``Semaphore.lease_holders()``; ``[]`` if the path does not exist."""
+    def lease_holders(self) -> List[Optional[str]]:
+        """The identifiers of the current holders, one per lease, in queue order (oldest first), from one
+        listing: ``identifier=`` of the Semaphore that took each lease, None for one built without (or a
+        node whose data cannot be read), as ``contenders()`` and ``zkrecipes status --json`` show them.
+        ``[]`` if the path does not exist or nobody holds. Like kazoo's ``Semaphore.lease_holders()``,
+        which is unordered and gives ``""`` where this gives None. Connection errors are raised."""
         return self._run(self._lease_holders())
 
 

@@ -120,8 +120,10 @@ def test_upgrade_and_foreign_release_are_refused():
     with g.cond, pytest.raises(LockError, match=r"^/p: FairLock asked for by a caller that holds ReadWriteLock "
                                                 r"\(read side\): upgrading"):
         g.try_enter(1, WRITE, good, False, "FairLock")
-    with pytest.raises(LockError, match="^/p: FairLock released by a caller that does not hold it$"):
-        g.leave(2, WRITE, "FairLock")
+    with pytest.raises(LockError, match=r"^/p: FairLock or ReadWriteLock \(write side\) released by a caller"):
+        g.leave(2, WRITE)
+    with pytest.raises(LockError, match="^the caller's own$"):  # the object the caller used words it
+        g.leave(2, WRITE, lambda: LockError("the caller's own"))
 
 
 @pytest.mark.parametrize("front", ["threaded", "aio"])
@@ -150,6 +152,15 @@ def test_a_caller_that_holds_nothing_is_told_the_recipe_it_used(front):
                 asyncio.run(lock.release()) if front == "aio" else lock.release()
             owner = "task" if front == "aio" else "thread"
             with pytest.raises(LockError, match=re.escape(f"/p: {title} not held by the calling {owner}")):
+                asyncio.run(in_a_task(lock.transaction)) if front == "aio" else lock.check()
+        # an object-owned lock holds for no caller: its message says so (not "the calling object")
+        by_object = [(m.FairLock(client, "/p", owner="object"), "FairLock"),
+                     (m.Semaphore(client, "/p", 2, owner="object"), "Semaphore")]
+        for lock, title in by_object:
+            said = re.escape(f"/p: this {title} (owner='object') holds nothing: released already, or not acquired")
+            with pytest.raises(LockError, match=said):
+                asyncio.run(lock.release()) if front == "aio" else lock.release()
+            with pytest.raises(LockError, match=said):
                 asyncio.run(in_a_task(lock.transaction)) if front == "aio" else lock.check()
     finally:
         client.close()

@@ -62,8 +62,9 @@ class Semaphore(_semaphore.SemaphoreRecipe, Lock):
         got = await self._run(self._take_leases(sems, blocking), deadline, not blocking)
         return [Lease(sem) for sem in sems] if got else []
 
-    async def lease_holders(self) -> List[str]:
-        """As :meth:`zkrecipes.Semaphore.lease_holders` (await it)."""
+    async def lease_holders(self) -> List[Optional[str]]:
+        """As :meth:`zkrecipes.Semaphore.lease_holders` (await it): the holders' identifiers in queue order,
+        None for a holder without one."""
         return await self._run(self._lease_holders())
 
     def __repr__(self) -> str:

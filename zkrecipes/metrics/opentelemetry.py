@@ -14,16 +14,20 @@ adapter's instruments (:mod:`zkrecipes.metrics.prometheus`) under dotted names, 
 =============================  ================  ===============================================
 
 ``path`` is added to ``recipe``'s attributes only with ``path_label`` (see the Prometheus adapter).
+``install`` is idempotent per meter provider: called again for it with the same ``path_label`` it installs
+and returns the same hooks.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from typing import Any, Dict, Optional
 
 from opentelemetry import metrics as otel
 
 from . import install as _install
-from ._exporter import Exporter, Labels, PathLabel
+from ._exporter import Exporter, Labels, PathLabel, validate_path_label
 
 _COUNTERS = (
     ("holding", "Lock and election objects holding", True),
@@ -64,10 +68,27 @@ class OpenTelemetryHooks(Exporter):
         self.metrics[name].add(n, labels)
 
 
+# the hooks install() made for each meter provider: a second install() for it returns them
+_by_provider: "weakref.WeakKeyDictionary[otel.MeterProvider, OpenTelemetryHooks]" = weakref.WeakKeyDictionary()
+_by_provider_lock = threading.Lock()
+
+
 def install(meter_provider: Optional[otel.MeterProvider] = None,
             path_label: Optional[PathLabel] = None) -> OpenTelemetryHooks:
-    """Create zkrecipes' instruments from ``meter_provider`` (default: the global one) and install hooks
-    that record to them (replacing any installed hooks); returns the hooks."""
-    hooks = OpenTelemetryHooks(meter_provider, path_label)
-    _install(hooks)
+    """Create zkrecipes' instruments from ``meter_provider`` (default: the global one, as it is now) and
+    install hooks that record to them (replacing any installed hooks); returns the hooks.
+
+    Idempotent per provider: called again for the same provider and ``path_label`` (the same function, or
+    None both times) it installs the hooks it returned before and returns them. With another
+    ``path_label`` it returns new hooks with that label, recording to the same instruments (the meter
+    gives an instrument of the same name back), so nothing is counted twice."""
+    if meter_provider is not None and not isinstance(meter_provider, otel.MeterProvider):
+        raise TypeError(f"meter_provider must be an OpenTelemetry MeterProvider or None, got {meter_provider!r}")
+    provider = meter_provider or otel.get_meter_provider()
+    path_label = validate_path_label(path_label)
+    with _by_provider_lock:
+        hooks = _by_provider.get(provider)
+        if hooks is None or hooks.path_label is not path_label:
+            hooks = _by_provider[provider] = OpenTelemetryHooks(provider, path_label)
+        _install(hooks)
     return hooks
