@@ -106,7 +106,9 @@ def test_break_with_defaults_asks_a_cli_holder_which_stops_its_command_and_relea
     nothing is deleted by the break."""
     assert KILL_AFTER < BREAK_GRACE  # the defaults leave a holder that listens time to stop and release
     a, b, a_start = a_then_b(cli, zk, "/brk/defaults")
+    asked = time.monotonic()
     r = cli.run("break", "/brk/defaults", "--token", str(a_start["token"]), "--hosts", cli.hosts)
+    took = time.monotonic() - asked
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"{a_start['node']}: released by its holder within the {BREAK_GRACE:g} s grace")
     assert a.wait() == EXIT_REVOKED, a.stderr
@@ -114,7 +116,10 @@ def test_break_with_defaults_asks_a_cli_holder_which_stops_its_command_and_relea
     assert cli.events("A", "sigterm") and cli.events("A", "end")  # stopped by SIGTERM, not killed
     assert "revoke requested; the command was stopped" in a.stderr, a.stderr
     no_traceback(a.stderr)
-    assert_one_at_a_time(cli)
+    seen = assert_one_at_a_time(cli)
+    print(f"\nbreak with defaults: returned after {took:.3f} s; A's SIGTERM at "
+          f"{cli.events('A', 'sigterm')[0]['t'] - asked:+.3f} s; B's first stamp {seen['B first'] - seen['A last']:.3f} s "
+          "after A's last")
 
 
 def test_break_of_a_stubborn_cli_holder_kills_its_command_after_kill_after(cli, zk):
