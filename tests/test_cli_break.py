@@ -117,9 +117,9 @@ def test_break_with_defaults_asks_a_cli_holder_which_stops_its_command_and_relea
     assert "revoke requested; the command was stopped" in a.stderr, a.stderr
     no_traceback(a.stderr)
     seen = assert_one_at_a_time(cli)
-    print(f"\nbreak with defaults: returned after {took:.3f} s; A's SIGTERM at "
-          f"{cli.events('A', 'sigterm')[0]['t'] - asked:+.3f} s; B's first stamp {seen['B first'] - seen['A last']:.3f} s "
-          "after A's last")
+    term = cli.events("A", "sigterm")[0]["t"] - asked
+    print(f"\nbreak with defaults: returned after {took:.3f} s; A's SIGTERM at {term:+.3f} s; "
+          f"B's first stamp {seen['B first'] - seen['A last']:.3f} s after A's last")
 
 
 def test_break_of_a_stubborn_cli_holder_kills_its_command_after_kill_after(cli, zk):
@@ -197,6 +197,19 @@ def test_revoke_stops_a_cli_holders_command_releases_and_exits_79(cli, zk, stubb
     else:
         assert cli.events("A", "end") and "SIGKILL" not in a.stderr, a.stderr
     assert_one_at_a_time(cli)
+
+
+def test_break_deletes_a_holder_that_does_not_let_go_within_the_grace_and_says_so(cli, zk_factory):
+    lock = FairLock(zk_factory(), "/brk/deaf")
+    lock.revoke_requested  # noqa: B018 -- listens (so it hears the request), but never lets go
+    lock.acquire()
+    name, token = lock.node.rsplit("/", 1)[1], lock.token
+    asked = time.monotonic()
+    r = cli.run("break", "/brk/deaf", "--token", str(token), "--grace", "0.5", "--hosts", cli.hosts)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == f"/brk/deaf/{name}: deleted (token {token}): its holder did not let go within 0.5 s\n"
+    assert time.monotonic() - asked >= 0.5
+    assert lock.revoke_requested.is_set() and lock.lost.wait(DEADLINE)  # asked first, then broken
 
 
 def test_kill_after_is_validated_like_the_other_durations(cli):
