@@ -383,7 +383,7 @@ def test_cli_revoke_and_break(zk, zk_ensemble, zk_namespace):
 
         r = run_cli("status", "/cli/a", "--json", "--hosts", hosts)
         assert json.loads(r.stdout)[0]["token"] == lock.token  # where an operator finds the token
-        r = run_cli("break", "/cli/a", "--token", str(lock.token), "--hosts", hosts)
+        r = run_cli("break", "/cli/a", "--token", str(lock.token), "--grace", "0", "--hosts", hosts)
         assert r.returncode == 0, r.stderr
         with pytest.raises(NoNodeError):
             zk.get(lock.node)

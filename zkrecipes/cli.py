@@ -6,11 +6,13 @@ Everything after the first ``--`` is the command; options of ``zkrecipes`` go be
 of PATH (``zkrecipes lock /locks/x --timeout 5 -- cmd``).
 
 Exit codes: the command's own status (128+N if it died of signal N), or with ``--once-per`` 0 (or
-``--exit-if-done N``) when the key was done already; 1 the demo's verdict failed; 2 bad
-usage or input; 69 ZooKeeper unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed
-out waiting, or the hold fell in doubt while the command ran (it got SIGTERM, then SIGKILL after ``--grace``
-or just before the session could expire, whichever is first);
-77 authentication required or refused, or an ACL does not allow what was asked;
+``--exit-if-done N``) when the key was done already; 0 revoke/break done; 1 the demo's verdict failed,
+revoke found no holder, break found no holder with that token; 2 bad usage or input; 69 ZooKeeper
+unreachable (or no local ZooKeeper for the demo); 70 internal error; 75 timed out waiting, or the hold fell
+in doubt while the command ran (it got SIGTERM, then SIGKILL after ``--grace`` or just before the session
+could expire, whichever is first) or was lost (its node deleted: SIGKILL at once);
+77 authentication required or refused, or an ACL does not allow what was asked; 79 a revoke was requested
+(SIGTERM, SIGKILL after ``--kill-after``, then the lock released);
 126/127 command not executable / not found; 130 interrupted (SIGINT), 143 terminated (SIGTERM) while waiting.
 """
 
@@ -42,21 +44,30 @@ EXIT_UNAVAILABLE = 69
 EXIT_SOFTWARE = 70
 EXIT_TEMPFAIL = 75
 EXIT_NOPERM = 77
+EXIT_REVOKED = 79  # lock: a revoke was requested, the command stopped and the lock released (no sysexits code)
 EXIT_NOEXEC = 126
 EXIT_NOTFOUND = 127
 EXIT_INTERRUPTED = 130
 
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
+KILL_AFTER = 5.0  # lock --kill-after: SIGTERM to SIGKILL after a revoke request (seconds)
+BREAK_GRACE = 10.0  # break --grace: longer than KILL_AFTER, so a CLI holder asked has time to stop and release
+
 EXIT_CODES = f"""exit codes:
   N    lock/elect: the command's own exit status (128+S if it died of signal S)
-  0    lock --once-per: KEY was done already, the command not run (--exit-if-done N: N instead)
-  {EXIT_FAILED}    demo: a verdict check failed
+  0    lock --once-per: KEY was done already, the command not run (--exit-if-done N: N instead);
+       revoke: every holder printed was asked; break: the holder let go within --grace, or its node was deleted
+  {EXIT_FAILED}    demo: a verdict check failed; revoke: no holder to ask;
+       break: no current holder has that token (nothing deleted)
   {EXIT_USAGE}    bad usage or input (path, missing command, chroot, a path another recipe uses, ...)
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper (or, for demo, no local ZooKeeper to start)
   {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
-  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership fell in doubt while the command ran
+  {EXIT_TEMPFAIL}   timed out waiting, or the lock/leadership fell in doubt or was lost while the command ran
+       (the command was stopped; a lock whose node was deleted, e.g. by break: killed at once)
   {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
+  {EXIT_REVOKED}   lock: revoke requested while the command ran: it got SIGTERM (SIGKILL after --kill-after),
+       then the lock was released
   {EXIT_NOEXEC}  command not executable;  {EXIT_NOTFOUND}  command not found
   {EXIT_INTERRUPTED}  interrupted (SIGINT) while waiting;  {EXIT_TERMINATED}  terminated (SIGTERM/SIGHUP) while waiting
 
@@ -64,10 +75,11 @@ Everything after the first "--" is the command; zkrecipes options go before it.
 """
 
 REVOKE_EXIT_CODES = f"""exit codes:
-  0    done: revoke requested of every holder printed / the node deleted
+  0    revoke: every holder printed was asked; break: the holder let go within --grace, or its node was deleted
   {EXIT_FAILED}    revoke: no holder to ask; break: no current holder has that token (nothing deleted)
   {EXIT_USAGE}    bad usage or input
   {EXIT_UNAVAILABLE}   cannot reach ZooKeeper
+  {EXIT_SOFTWARE}   internal error (ZKRECIPES_LOG=debug shows the traceback)
   {EXIT_NOPERM}   authentication required or refused, or not authorized by the path's ACL
 """
 
@@ -217,13 +229,20 @@ def grace_window(timeout: float) -> float:
 
 
 class Held:
-    """What :func:`run_held` watches: a lock or an election (``state`` and ``lost``) on ``client``."""
+    """What :func:`run_held` watches: a lock or an election (``state`` and ``lost``) on ``client``, and a
+    lock's ``revoke_requested`` (``revoke``; None for an election: it is never asked)."""
 
-    def __init__(self, client: KazooClient, participant: Any, noun: str) -> None:
-        self.client, self.participant, self.noun = client, participant, noun
+    def __init__(self, client: KazooClient, participant: Any, noun: str, revoke: Any = None) -> None:
+        from ._kazoo import session_id
+
+        self.client, self.participant, self.noun, self.revoke = client, participant, noun, revoke
+        self.session = session_id(client)  # the hold's: lost in this same session means its node was deleted
 
     def in_doubt(self) -> bool:
         return self.participant.state in ("suspended", "lost") or bool(self.participant.lost.is_set())
+
+    def revoked(self) -> bool:
+        return self.revoke is not None and bool(self.revoke.is_set())
 
     def kill_by(self) -> Optional[float]:
         """Monotonic time the child must be killed by: the lost deadline minus the margin (None: unknown)."""
@@ -235,6 +254,12 @@ class Held:
 
     def reason(self) -> str:
         if self.participant.lost.is_set():
+            from ._kazoo import session_id
+            from .session import SessionWatcher
+
+            d = SessionWatcher.of(self.client).deadlines()
+            if session_id(self.client) == self.session and (d is None or time.monotonic() < d[1]):
+                return f"{self.noun} was broken: its node was deleted (zkrecipes break, or by hand)"
             return _loss_reason(self.client, f"lost {self.noun}")
         from ._kazoo import session_timeout
 
@@ -242,10 +267,13 @@ class Held:
                 f"the {session_timeout(self.client):g} s session could expire")
 
 
-def run_held(cmd: Sequence[str], env_extra: Dict[str, str], held: Held, grace: Optional[float]) -> Outcome:
+def run_held(cmd: Sequence[str], env_extra: Dict[str, str], held: Held, grace: Optional[float],
+             kill_after: float = 0.0) -> Outcome:
     """Run ``cmd`` while the hold is certain. When it falls in doubt (or is lost): SIGTERM the command,
     then SIGKILL it ``grace`` seconds later, or earlier so that it is gone :func:`kill_margin` before the
-    lost deadline (at once if the hold is already lost); then raise CliError 75.
+    lost deadline (at once if the hold is lost: the session ended or the node was deleted); then raise
+    CliError 75. When a revoke is requested: SIGTERM, SIGKILL ``kill_after`` seconds later (or as
+    above, if the hold falls in doubt meanwhile); then raise CliError :data:`EXIT_REVOKED`.
 
     SIGINT/SIGTERM/SIGHUP sent to us are forwarded to the command while it runs.
     """
@@ -265,41 +293,54 @@ def run_held(cmd: Sequence[str], env_extra: Dict[str, str], held: Held, grace: O
         if proc.poll() is None:
             proc.send_signal(signum)
 
+    wake = threading.Event()  # set on each change of the hold and on a revoke request: no 50 ms wait for them
+
+    def told(participant: Any, state: str) -> None:
+        wake.set()
+
+    held.participant.add_listener(told)
     old = {s: signal.signal(s, forward) for s in _FORWARDED}
     try:
-        term_at: Optional[float] = None
-        reason = ""
+        term_at: Optional[float] = None  # when the command got SIGTERM
+        kill_at = math.inf  # when it gets SIGKILL (before the doubt clock's moment, below)
+        doubt, reason, code = False, "", EXIT_TEMPFAIL
         while True:
+            wake.clear()
             now = time.monotonic()
-            wait = 0.05
-            if term_at is None and held.in_doubt():
-                reason = held.reason()
+            if not doubt and held.in_doubt():
+                doubt, reason, code = True, held.reason(), EXIT_TEMPFAIL
+                kill_at = min(kill_at, now + grace if grace is not None else math.inf)
+            elif term_at is None and held.revoked():
+                reason, code = f"{held.noun}: revoke requested; the command was stopped", EXIT_REVOKED
+                kill_at = now + kill_after
+            if term_at is None and (doubt or code == EXIT_REVOKED):
                 log.info("%s: SIGTERM to pid %d", reason, proc.pid)
                 proc.terminate()
                 term_at = now
+            wait = 0.05
             if term_at is not None:
-                kill_at = term_at + grace if grace is not None else float("inf")
                 by = held.kill_by()
-                if by is not None:
-                    kill_at = min(kill_at, by)
-                if held.participant.lost.is_set():  # past the deadline, or the server said so: no more time
-                    kill_at = now
-                    reason = held.reason()
-                if now >= kill_at:
+                at = kill_at if by is None else min(kill_at, by)
+                if held.participant.lost.is_set():  # past the deadline, or the server said so, or broken
+                    at, reason, code = now, held.reason(), EXIT_TEMPFAIL
+                if now >= at:
                     if proc.poll() is None:
                         log.info("SIGKILL to pid %d", proc.pid)
                         proc.kill()
+                        if code == EXIT_REVOKED:
+                            reason += f" (SIGKILL: it did not stop within --kill-after {kill_after:g} s)"
                     proc.wait()
-                    raise _fail(reason, EXIT_TEMPFAIL)
-                wait = min(wait, kill_at - now)
-            try:
-                status = proc.wait(timeout=max(0.0, wait))
-            except subprocess.TimeoutExpired:
+                    raise _fail(reason, code)
+                wait = min(wait, at - now)
+            wake.wait(max(0.0, wait))
+            status = proc.poll()
+            if status is None:
                 continue
             if term_at is not None:
-                raise _fail(reason, EXIT_TEMPFAIL)
+                raise _fail(reason, code)
             return Outcome(_child_status(status), bool(forwarded))
     finally:
+        held.participant.remove_listener(told)
         for s, h in old.items():
             signal.signal(s, h)
 
@@ -384,6 +425,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
         else:
             rw = ReadWriteLock(client, path, identifier, protocol=args.protocol, acl=security.acl())
             lock = rw.read() if args.read else rw.write()
+        revoke = lock.revoke_requested  # listen: each hold follows its node (a revoke request, a break: told)
         progress = Progress(lock, path, args.progress or sys.stderr.isatty())
         try:
             got = lock.acquire(timeout=args.timeout)
@@ -402,8 +444,8 @@ def cmd_lock(args: argparse.Namespace) -> int:
             run = None if args.once_per is None else _once_open(lock, args)
             if run is not None and not run:
                 return int(args.exit_if_done)
-            outcome = run_held(cmd, _token_env(lock.token, lock.node), Held(client, lock, f"the lock on {path}"),
-                               grace)
+            outcome = run_held(cmd, _token_env(lock.token, lock.node),
+                               Held(client, lock, f"the lock on {path}", revoke), grace, args.kill_after)
             if run is not None and outcome.status == 0:
                 _once_done(run, path)
             return outcome.status
@@ -601,12 +643,14 @@ def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
     per node on each change, no polling of ZooKeeper. Each row gets ``for``: seconds it has held (since
     this watch saw it start holding; since its creation if it held when first seen) or waited (since its
     creation). Creation times are ZooKeeper's ``ctime``, the server's wall clock, against this machine's
-    clock: a skew between them shows in ``for``. A terminal's table is redrawn each second too."""
+    clock: a skew between them shows in ``for``. A frame is printed when what it shows changed (not for a
+    watch that fired on no change); a terminal's table is redrawn each second too."""
     from kazoo.exceptions import NoNodeError
 
     changed = threading.Event()
     since: Dict[str, Tuple[str, float]] = {}  # node -> (state, when it started: this machine's clock)
     rows: Optional[List[Dict[str, Any]]] = None
+    shown: Optional[List[Dict[str, Any]]] = None  # the last frame printed, without its clock-driven fields
     tty = sys.stdout.isatty()
     while True:
         fresh = rows is None or changed.is_set()
@@ -625,9 +669,11 @@ def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
                     since[r["node"]] = was
                 else:  # new (since its creation), or it started holding now
                     since[r["node"]] = (r["state"], now if was is not None else now - r["age"])
-        if fresh or (tty and not as_json):
+        assert rows is not None
+        frame = _frame(rows)
+        if (fresh and frame != shown) or (tty and not as_json):
+            shown = frame
             now = time.time()
-            assert rows is not None
             for r in rows:
                 r["for"] = round(max(0.0, now - since[r["node"]][1]), 1)
             if as_json:
@@ -637,6 +683,11 @@ def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
                     sys.stdout.write("\x1b[H\x1b[2J")
                 print(time.strftime("%H:%M:%S"), render_table(path, rows), sep="\n", flush=True)
         changed.wait(1.0)
+
+
+def _frame(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """What a ``status --watch`` frame shows, less ``age`` and ``for`` (they move with the clock alone)."""
+    return [{k: v for k, v in r.items() if k not in ("age", "for")} for r in rows]
 
 
 # -- revoke / break -------------------------------------------------------------------------------------
@@ -658,19 +709,26 @@ def cmd_revoke(args: argparse.Namespace) -> int:
 
 
 def cmd_break(args: argparse.Namespace) -> int:
-    """Delete the holder's node of PATH whose token is N; 1, nothing deleted, if no holder has it."""
+    """Ask, wait up to --grace, then delete the holder's node of PATH whose token is N; 1, nothing
+    touched, if no holder has it."""
     from .errors import LockError
     from .revoke import break_lock
 
     path = _check_path(args.path)
     client = connect(args.hosts, args.connect_timeout, args.session_timeout, _security(args))
     try:
-        name = break_lock(client, path, args.token)
+        broken = break_lock(client, path, args.token, grace=args.grace)
     except LockError as exc:
         raise _fail(str(exc), EXIT_FAILED) from None
     finally:
         _close(client)
-    print(f"{path}/{name}: deleted (token {args.token})")
+    if broken.released:
+        print(f"{path}/{broken}: released by its holder within the {args.grace:g} s grace (token {args.token}); "
+              "nothing deleted")
+    elif args.grace:
+        print(f"{path}/{broken}: deleted (token {args.token}): its holder did not let go within {args.grace:g} s")
+    else:
+        print(f"{path}/{broken}: deleted (token {args.token})")
     return 0
 
 
@@ -787,6 +845,10 @@ def build_parser() -> argparse.ArgumentParser:
     lk.add_argument("--grace", type=_nonneg, metavar="S",
                     help="when the hold falls in doubt CMD gets SIGTERM, and SIGKILL S seconds later (at most, "
                          "and by default, just before the session could expire: see docs/cli.rst)")
+    lk.add_argument("--kill-after", type=_nonneg, default=KILL_AFTER, metavar="S",
+                    help=f"when a revoke is requested (zkrecipes revoke, or break asking first) CMD gets SIGTERM, "
+                         f"and SIGKILL S seconds later if still running (default {KILL_AFTER:g}); then the lock "
+                         f"is released and zkrecipes exits {EXIT_REVOKED}")
     lk.add_argument("--progress", action="store_true", help="show how many are ahead even when not a tty")
     lk.add_argument("--protocol", choices=("zkrecipes", "kazoo", "curator"), default="zkrecipes",
                     help="node format, to share PATH with kazoo or Curator processes (default zkrecipes); "
@@ -834,11 +896,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     br = sub.add_parser("break", help="delete the node of PATH's holder whose token is N", formatter_class=fmt,
                         epilog=REVOKE_EXIT_CODES,
-                        description="Delete exactly the holder's node of PATH whose fencing token (czxid) "
-                                    "is N; refuse, deleting nothing, if no current holder has that token.")
+                        description="Ask the holder of PATH whose fencing token (czxid) is N to let go, wait "
+                                    "up to --grace seconds for its node to go, then delete exactly that node "
+                                    "if it is still there; refuse, touching nothing, if no current holder has "
+                                    "that token.")
     br.add_argument("path", metavar="PATH")
     br.add_argument("--token", type=_token, required=True, metavar="N",
                     help="the holder's fencing token (ZKRECIPES_TOKEN of its command)")
+    br.add_argument("--grace", type=_nonneg, default=BREAK_GRACE, metavar="S",
+                    help=f"seconds the holder asked has to let go before its node is deleted (default "
+                         f"{BREAK_GRACE:g}, more than lock's --kill-after default); 0 deletes at once")
     common(br)
     br.set_defaults(func=cmd_break, parser=br)
 

@@ -80,7 +80,7 @@ def validate_keep(keep: object) -> float:
     if isinstance(keep, bool) or not isinstance(keep, (int, float)):
         raise TypeError(f"keep must be a number of seconds, got {keep!r}")
     if math.isnan(keep) or not 0 < keep <= MAX_KEEP:
-        raise ValueError(f"keep must be > 0 and at most {MAX_KEEP:g} seconds, got {keep!r}")
+        raise ValueError(f"keep must be > 0 and at most {MAX_KEEP:.0f} seconds (366 days), got {keep!r}")
     return float(keep)
 
 
@@ -90,7 +90,12 @@ def parse_keep(text: str) -> float:
     m = _DURATION.fullmatch(text.strip())
     if m is None:
         raise ValueError(f"not a duration (a number with an optional unit s, m, h or d, e.g. 1d): {text!r}")
-    return validate_keep(float(m.group(1)) * _UNITS[m.group(2)])
+    unit = m.group(2)
+    keep = float(m.group(1)) * _UNITS[unit]
+    if not 0 < keep <= MAX_KEEP:  # the limit in the unit typed
+        limit = f"{MAX_KEEP / _UNITS[unit]:.0f}{unit}" if unit not in ("", "s") else f"{MAX_KEEP:.0f} seconds"
+        raise ValueError(f"keep must be > 0 and at most {limit} (366 days), got {text!r}")
+    return validate_keep(keep)
 
 
 def validate_key(path: str, key: object) -> str:

@@ -4,21 +4,25 @@
 ``"revoke": true``, other data becomes Curator's ``__REVOKE__``); a holder that listens is told
 (``revoke_requested``, listeners called with ``"revoke-requested"``) and nothing is taken from it.
 :func:`break_lock` deletes the one holder's node whose fencing token (czxid) is the one given, and refuses
-anything else. Both work on every recipe and node format (zkrecipes, kazoo, Curator); who holds is decided
-from one listing by the recipes' own wait-rules. Written once as engine steps (:mod:`zkrecipes._engine`),
-run on the calling thread here and on the event loop by :mod:`zkrecipes.aio`.
+anything else; with a ``grace`` it asks that holder first and deletes only if its node is still there when
+the grace is over. Both work on every recipe and node format (zkrecipes, kazoo, Curator); who holds is
+decided from one listing by the recipes' own wait-rules. Written once as engine steps
+(:mod:`zkrecipes._engine`), run on the calling thread here and on the event loop by :mod:`zkrecipes.aio`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence, Tuple
+import math
+import time
+from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from . import formats, naming
 from ._drive import Driver, never
-from ._engine import Read, ReadAll, Steps, Write, holding
+from ._engine import SLEEP, DeadlinePassed, Read, ReadAll, Steps, Watch, Write, holding
+from ._multilock import Run
 from .errors import LockError
 
 _TRIES = 3  # a write whose node changed meanwhile is tried again after one read (only marks change data)
@@ -41,6 +45,28 @@ def validate_token(token: object) -> int:
     if not 1 <= token < 1 << 63:
         raise ValueError(f"token must be a czxid between 1 and 2**63-1, got {token!r}")
     return token
+
+
+def validate_grace(grace: object) -> float:
+    """Return ``grace`` (seconds a break waits for the holder it asked, >= 0 and finite) as a float, else raise."""
+    if isinstance(grace, bool) or not isinstance(grace, (int, float)):
+        raise TypeError(f"grace must be a number of seconds, got {type(grace).__name__} {grace!r}")
+    if math.isnan(grace) or not 0 <= grace < math.inf:
+        raise ValueError(f"grace must be a finite number of seconds >= 0, got {grace!r}")
+    return float(grace)
+
+
+class Broken(str):
+    """What :func:`break_lock` returns: the name of the holder's node (a ``str``, as before), and whether
+    that holder let go by itself within the grace (``released``: nothing was deleted) or its node was
+    deleted (``released`` False)."""
+
+    released: bool
+
+    def __new__(cls, name: str, released: bool = False) -> "Broken":
+        self = super().__new__(cls, name)
+        self.released = released
+        return self
 
 
 def checked(client: object, path: object) -> Tuple[KazooClient, str]:
@@ -71,31 +97,35 @@ def revoke_steps(path: str) -> Steps[List[str]]:
         return []
     marked = []
     for name, reply in found:
-        node = f"{path}/{name}"
-        for _ in range(_TRIES):
-            if isinstance(reply, NoNodeError):
-                break  # released meanwhile: nothing to ask
-            data, stat = reply
-            if naming.revoke_marked(data):
-                marked.append(name)
-                break
-            try:
-                yield Write(node, stat.version, naming.with_revoke_mark(data))
-            except (BadVersionError, NoNodeError):  # changed or gone meanwhile (or our retried write applied)
-                try:
-                    reply = yield Read("get", node)
-                except NoNodeError as gone:
-                    reply = gone
-                continue
+        if (yield from _mark(f"{path}/{name}", reply)):
             marked.append(name)
-            break
-        else:
-            raise LockError(f"{node}: its data keeps changing; not marked")
     return marked
 
 
-def break_steps(path: str, token: int) -> Steps[str]:
-    """Delete the holder's node of ``path`` whose czxid is ``token`` (see :func:`break_lock`); its name."""
+def _mark(node: str, reply: Any) -> Steps[bool]:
+    """Mark ``node`` (``reply``: its ``(data, stat)`` read, or NoNodeError) as a revoke request, conditional
+    on its data version; False if it is gone (released meanwhile: nothing to ask)."""
+    for _ in range(_TRIES):
+        if isinstance(reply, NoNodeError):
+            return False
+        data, stat = reply
+        if naming.revoke_marked(data):
+            return True
+        try:
+            yield Write(node, stat.version, naming.with_revoke_mark(data))
+        except (BadVersionError, NoNodeError):  # changed or gone meanwhile (or our retried write applied)
+            try:
+                reply = yield Read("get", node)
+            except NoNodeError as gone:
+                reply = gone
+            continue
+        return True
+    raise LockError(f"{node}: its data keeps changing; not marked")
+
+
+def _find(path: str, token: int) -> Steps[Tuple[str, Any]]:
+    """``(name, (data, stat))`` of the current holder of ``path`` whose czxid is ``token``; LockError naming
+    the holders and their tokens if there is none."""
     try:
         found = yield from _holders_read(path)
     except NoNodeError:
@@ -104,13 +134,65 @@ def break_steps(path: str, token: int) -> Steps[str]:
     for name, reply in found:
         if isinstance(reply, NoNodeError):
             continue
-        stat = reply[1]
-        if stat.czxid == token:
-            return (yield from _delete(f"{path}/{name}", token, reply[0], stat.version))
-        others[name] = stat.czxid
+        if reply[1].czxid == token:
+            return name, reply
+        others[name] = reply[1].czxid
     held = ", ".join(f"{n} has token {t}" for n, t in others.items()) or "it has no holder"
     raise LockError(f"{path}: no holder has token {token} ({held}); a waiter's node is never broken. "
                     "Nothing was deleted.")
+
+
+def break_steps(path: str, token: int) -> Steps[str]:
+    """Delete the holder's node of ``path`` whose czxid is ``token`` (see :func:`break_lock`); its name."""
+    name, (data, stat) = yield from _find(path, token)
+    return (yield from _delete(f"{path}/{name}", token, data, stat.version))
+
+
+def ask_steps(path: str, token: int) -> Steps[str]:
+    """Mark the one holder's node of ``path`` whose czxid is ``token`` as a revoke request; its name.
+    LockError (nothing marked) if no current holder has that token."""
+    name, reply = yield from _find(path, token)
+    yield from _mark(f"{path}/{name}", reply)  # gone meanwhile: what the wait for it finds at once
+    return name
+
+
+def gone_steps(node: str, token: int) -> Steps[bool]:
+    """Wait on a data watch until ``node`` (czxid ``token``) is gone; True then, False at the run's deadline.
+    A node made again at that path (ExclusiveLock's ``lock``) is another holder's: ours is gone."""
+    try:
+        while True:
+            stat = yield Watch(node)
+            if stat is None or stat.czxid != token:
+                return True
+            if node in (yield SLEEP):  # else woken by a data change (our mark) or the session: watch again
+                return True
+    except DeadlinePassed:
+        return False
+
+
+def _after_grace(path: str, token: int) -> Steps[Optional[str]]:
+    """The grace is over: delete the node if its holder still holds (its name); None if it let go meanwhile."""
+    try:
+        name, (data, stat) = yield from _find(path, token)
+    except LockError:
+        return None  # it went between the wait's end and this look
+    return (yield from _delete(f"{path}/{name}", token, data, stat.version))
+
+
+Phase = Tuple[Callable[..., Any], Dict[str, Any]]  # a front's ``run(steps=..., deadline=...)`` and its arguments
+
+
+def breaking(path: str, token: int, grace: float, run: Callable[..., Any]) -> Generator[Phase, Any, Broken]:
+    """:func:`break_lock` as phases for :class:`zkrecipes._multilock.Run`: each is the front's ``run(steps,
+    deadline)`` (its driver running ``steps`` bounded by the monotonic ``deadline``). Ask the holder,
+    wait up to ``grace`` for its node to go, then delete it if it is still there."""
+    if not grace:
+        return Broken((yield run, {"steps": break_steps(path, token), "deadline": None}), released=False)
+    name = yield run, {"steps": ask_steps(path, token), "deadline": None}
+    if (yield run, {"steps": gone_steps(f"{path}/{name}", token), "deadline": time.monotonic() + grace}):
+        return Broken(name, released=True)
+    deleted = yield run, {"steps": _after_grace(path, token), "deadline": None}
+    return Broken(name, released=deleted is None)
 
 
 def _delete(node: str, token: int, data: bytes, version: int) -> Steps[str]:
@@ -160,12 +242,17 @@ def request_revoke(client: KazooClient, path: str) -> List[str]:
     return Driver(client, None, never, None, path=path).run(revoke_steps(path))
 
 
-def break_lock(client: KazooClient, path: str, token: int) -> str:
+def break_lock(client: KazooClient, path: str, token: int, *, grace: float = 0.0) -> Broken:
     """Delete exactly the holder's node of ``path`` whose fencing token (czxid) is ``token``; returns its
-    name. The holder, if it listens (see :attr:`FairLock.revoke_requested
+    name (a :class:`Broken`, a ``str``). The holder, if it listens (see :attr:`FairLock.revoke_requested
     <zkrecipes.FairLock.revoke_requested>`), sees its hold lost at once; any holder's fenced transaction
     refuses from then on -- except an ExclusiveLock's, once the next holder has made ``lock`` again
     (docs/revocation.rst: its fence and release see a node at that path).
+
+    With ``grace`` seconds (> 0), that holder is asked first (its node marked as by
+    :func:`request_revoke`, and only its node), and the node is deleted only if it is still there
+    ``grace`` seconds later (waited for on a data watch): ``released`` on the result says the holder let
+    go by itself within the grace (nothing deleted). ``0``, the default, deletes at once.
 
     Raises LockError, deleting nothing, when no current holder has that token: another holder's, a
     waiter's, a node gone. The delete is conditional on the data version read with the token: a queue's
@@ -175,5 +262,10 @@ def break_lock(client: KazooClient, path: str, token: int) -> str:
     round trip could be taken for it. Bad input raises TypeError/ValueError before any request."""
     client, path = checked(client, path)
     token = validate_token(token)
-    return Driver(client, None, never, None, path=path).run(break_steps(path, token))
+    grace = validate_grace(grace)
 
+    def run(steps: Steps[Any], deadline: Optional[float]) -> Any:
+        return Driver(client, deadline, never, None, path=path).run(steps)
+
+    broken: Broken = Run(breaking(path, token, grace, run)).drive()
+    return broken

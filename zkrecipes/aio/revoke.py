@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, List, Optional
 
 from kazoo.client import KazooClient
 
 from .. import revoke as _revoke
+from .._engine import Steps
+from .._multilock import Run
 from ._driver import AioDriver
+from .multilock import _drive
 
 
 async def request_revoke(client: KazooClient, path: str) -> List[str]:
@@ -17,8 +20,14 @@ async def request_revoke(client: KazooClient, path: str) -> List[str]:
     return await AioDriver(client, None, None, path=path).run(_revoke.revoke_steps(path))
 
 
-async def break_lock(client: KazooClient, path: str, token: int) -> str:
-    """``await aio.break_lock(client, path, token)``: see :func:`zkrecipes.break_lock`."""
+async def break_lock(client: KazooClient, path: str, token: int, *, grace: float = 0.0) -> _revoke.Broken:
+    """``await aio.break_lock(client, path, token, grace=0.0)``: see :func:`zkrecipes.break_lock`."""
     client, path = _revoke.checked(client, path)
     token = _revoke.validate_token(token)
-    return await AioDriver(client, None, None, path=path).run(_revoke.break_steps(path, token))
+    grace = _revoke.validate_grace(grace)
+
+    def run(steps: Steps[Any], deadline: Optional[float]) -> Any:
+        return AioDriver(client, deadline, None, path=path).run(steps)
+
+    broken: _revoke.Broken = await _drive(Run(_revoke.breaking(path, token, grace, run)))
+    return broken
