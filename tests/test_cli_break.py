@@ -180,6 +180,30 @@ def test_a_node_deleted_by_hand_stops_the_command_at_once(cli, zk):
     assert gone[0] - deleted < 1.0
 
 
+def test_a_broken_elect_leader_stops_its_command_before_the_next_leaders_starts(cli, zk):
+    """``zkrecipes elect``: the leader follows its node too. ``break`` with defaults (the leader is not asked:
+    an election has no revoke request) deletes its node after the grace; the leader's command is killed at
+    once, it exits 75, and the next leader's command starts after the first one's last stamp."""
+    script = [sys.executable, str(cli.workdir / "stamp.py"), str(cli.log)]
+    a = cli.start("elect", "/brk/elect", "--hosts", cli.hosts, "--", *script, "A", "1", tag="A")
+    a_start = cli.wait_event("A", "start")
+    cli.wait_event("A", "tick")
+    b = cli.start("elect", "/brk/elect", "--hosts", cli.hosts, "--", *script, "B", "0", tag="B")
+    wait_until(lambda: len(queue(zk, "/brk/elect")) == 2, "B queued behind A")
+    gone = watch_gone(a_start["pid"])
+    r = cli.run("break", "/brk/elect", "--token", str(a_start["token"]), "--grace", "0.5", "--hosts", cli.hosts)
+    done = time.monotonic()
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{a_start['node']}: deleted (token {a_start['token']})"), r.stdout
+    assert a.wait() == EXIT_TEMPFAIL, a.stderr
+    assert "leadership of /brk/elect was broken: its node was deleted" in a.stderr, a.stderr
+    no_traceback(a.stderr)
+    assert b.wait() == 0, b.stderr
+    wait_until(lambda: gone, "A's command ended")
+    assert gone[0] - done < 1.0  # at once: the notification's travel and a kill, not a session timeout
+    assert_one_at_a_time(cli)
+
+
 @pytest.mark.parametrize("stubborn", [False, True])
 def test_revoke_stops_a_cli_holders_command_releases_and_exits_79(cli, zk, stubborn):
     """``zkrecipes revoke P``: A's command gets SIGTERM (a stubborn one SIGKILL ``--kill-after`` later), A

@@ -22,7 +22,7 @@ from . import _engine, naming, retry
 from ._drive import Driver, never
 from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
 from ._gate import release_hold
-from ._lock import Participant, Threaded, predecessor
+from ._lock import Listener, Participant, Threaded, predecessor
 from .errors import LockCancelled, LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold
@@ -102,6 +102,8 @@ class ElectionCore(Participant):
         if hold is None:
             return False
         hold.add_listener(self._told)
+        if self._listeners:  # someone to tell: follow our node, so a break (its deletion) is a lost term at once
+            hold.follow_node()
         log.info("%s: leader as %s (token %d)", self.path, hold.node, hold.token)
         self._report(hold, hold.state)
         return True
@@ -121,6 +123,16 @@ class ElectionCore(Participant):
 
     def _check(self) -> Steps[None]:
         yield from self._certain(self._fence_hold(), "leadership")
+
+    def add_listener(self, fn: Listener) -> None:
+        super().add_listener(fn)
+        hold = self._hold
+        if hold is not None:
+            hold.follow_node()
+
+    add_listener.__doc__ = (Participant.add_listener.__doc__ or "") + (
+        " A leader with a listener follows its node (one read and a data watch per term): a node deleted by "
+        "someone else (:func:`zkrecipes.break_lock`, zkCli) ends the term as lost at once.")
 
     def _term_steps(self, requeue: bool, fresh: bool) -> Generator[Any, Any, Any]:
         """run()'s terms, for both fronts: campaign, lead, step down; with ``requeue`` again until cancel()
