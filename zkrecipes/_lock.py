@@ -692,7 +692,8 @@ class Lock(Threaded, LockCore):
         Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
         called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
         created is deleted and its watch removed. Reentrant per thread: each acquire needs a release
-        (with ``owner="object"`` the object owns the hold: a second acquire of it raises LockError).
+        (with ``owner="object"`` the object owns the hold, as threading.Lock: another acquire of it, from
+        any thread, waits its turn -- False on a try or when ``timeout`` passes, nothing left behind).
         Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.
