@@ -82,12 +82,12 @@ class SemaphoreRecipe(LockCore):
                                seen=self._seen_by(), peek=peek)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
-        with _numbers_lock:
+        with self._state_lock:
             self._acquiring[me] = self._acquiring.get(me, 0) + 1
         try:
             return (yield from super()._acquire(me, blocking))
         finally:
-            with _numbers_lock:
+            with self._state_lock:
                 left = self._acquiring.pop(me, 1) - 1
                 if left:
                     self._acquiring[me] = left
