@@ -92,6 +92,27 @@ def test_kazoos_lock_reconnect_a_waiter_on_the_same_client_is_granted_at_once(zk
     th.join(30)
 
 
+def test_a_waiter_whose_session_was_given_up_drops_its_old_node_when_it_queues_again(zk_factory):
+    """kazoo's test_lock_reconnect with kazoo's two Lock objects on one client (object-owned locks: two
+    nodes): the waiter's node of the old session would stay ahead of its new one until the old session's
+    timeout; it is deleted as the waiter queues again, so it is granted at once."""
+    a, b = zk_factory(timeout=SESSION), zk_factory(timeout=SESSION)
+    marks = Marks()
+    holder = FairLock(a, "/waiter-gave-up", owner="object")
+    waiter = FairLock(a, "/waiter-gave-up", owner="object")
+    assert holder.acquire(timeout=30)
+    th = threading.Thread(target=lambda: waiter.acquire(timeout=30) and marks("granted"), daemon=True)
+    th.start()
+    wait_until(lambda: len(children(b, "/waiter-gave-up")) == 2, 30, "the waiter queued")
+    give_up_session(a)
+    start = time.monotonic()
+    holder.release()  # what kazoo's test does next (the hold was lost: nothing of anyone's is deleted)
+    assert marks.wait("granted", SOON) - start < SOON
+    assert len(children(b, "/waiter-gave-up")) == 1 and waiter.node is not None
+    waiter.release()
+    th.join(30)
+
+
 def test_the_asyncio_front_tells_its_holder_then_drops_the_node(zk_factory):
     a, b = zk_factory(timeout=SESSION), zk_factory(timeout=SESSION)
     marks = Marks()

@@ -285,6 +285,7 @@ def acquire(
     if peek:
         yield from _peek(parent, prefix, rule, fmt)
     entry: Optional[Entry] = None
+    old: Optional[Entry] = None  # our node of a session kazoo gave up: it may live on ahead of our new one
     ahead: List[QueueNode] = []
     watched: Set[str] = set()  # paths our watches are on (several only for a rule with several blockers)
     waited = False  # a waiter that never slept is never stale, and its session was just checked
@@ -296,6 +297,10 @@ def acquire(
                     parent, acl, prefix, data, guid, sequence=True, listing=True, containers=fmt.containers
                 )
                 ahead, _ = fmt.ahead(parent, children or (), entry.node.sequence, fresh=True)
+                if old is not None:  # (dropped now that the new session is known: drop_old asks it)
+                    if (yield from drop_old(old.path, old.session, old.token)):
+                        ahead = [n for n in ahead if n.name != old.node.name]
+                    old = None
             elif waited:
                 current = yield SESSION
                 if current is not None and current != entry.session:
@@ -322,13 +327,15 @@ def acquire(
                         entry = None  # our node is gone (deleted, or with an expired session)
                     else:
                         ahead = listed
-            except SessionExpiredError:
-                entry = None
+            except SessionExpiredError:  # kazoo has a new session, or is setting one up
+                old, entry = entry, None
     except GeneratorExit:  # closed by its driver: it may not ask for anything more
         raise
     except BaseException:
         if entry is not None and (yield Delete(entry.path, entry.session)) is False:  # its session was gone
             yield from drop_old(entry.path, entry.session, entry.token)  # a session we gave up may keep it
+        if old is not None:
+            yield from drop_old(old.path, old.session, old.token)
         raise
 
 

@@ -7,6 +7,10 @@ for the gate in arrival order. A writer queued behind our read node (``writer_be
 local readers from joining it, so steady local reads cannot starve that writer. A writer may take the
 read side too (downgrade); a reader asking for the write side gets LockError (it would deadlock).
 
+An owner that is not reentrant (a lock object that owns its holds, ``owner="object"``) is threading.Lock's
+kind: each acquire of it is a caller of its own in the line, and one that finds the owner holding, or
+another of its acquires queuing, waits its turn like any other waiter.
+
 Re-entry (acquire again, a nested ``with``, a read under our own write) is granted only while the hold is
 certain (:func:`in_doubt`): on a lost hold, or one in doubt, it raises LockLost, so nothing reports a hold
 held that may be someone else's. The decisions (:meth:`Gate.try_enter`, :meth:`Gate.granted`,
@@ -119,12 +123,17 @@ class Gate:
         hold_is_good: Callable[[Any], bool],
         tolerate_suspended: bool = False,
         title: Optional[str] = None,
+        caller: Optional[Hashable] = None,
     ) -> Entered:
         """Decide for ``me`` asking for side ``kind``; records HAVE and QUEUE at once. ``hold_is_good(hold)``
         says whether a local reader may still join the current hold (it is held, not suspended). Re-entry
         by an owner raises LockLost, recording nothing, if the hold is :func:`in_doubt`. ``title``: the
-        recipe the caller used, for messages (:data:`TITLES` of ``kind`` if None)."""
+        recipe the caller used, for messages (:data:`TITLES` of ``kind`` if None). ``caller``: this
+        acquire's place in the line if ``me`` is not reentrant (see :func:`enter`); it then waits while
+        ``me`` holds."""
         c = self.counts.get(me)
+        if caller is not None and c is not None:  # not reentrant: wait for the owner's release
+            return Entered.WAIT
         if kind == WRITE:
             if self.writer == me and c is not None:
                 self._trust(tolerate_suspended)
@@ -146,7 +155,7 @@ class Gate:
             ):
                 self.counts[me] = Counts(read=1)
                 return Entered.HAVE
-        if self.hold is None and not self.busy and (not self.line or self.line[0] == me):
+        if self.hold is None and not self.busy and (not self.line or self.line[0] == (caller or me)):
             self.busy = True
             return Entered.QUEUE
         return Entered.WAIT
@@ -332,26 +341,31 @@ def enter(
     hold_is_good: Callable[[Any], bool],
     tolerate_suspended: bool,
     title: Optional[str] = None,
+    reentrant: bool = True,
 ) -> Steps[Optional[Entered]]:
     """Wait for the gate: HAVE, QUEUE, or None on a non-blocking miss (the driver throws in the deadline
-    and a cancel); LockLost on re-entry into a hold in doubt (:meth:`Gate.try_enter`)."""
+    and a cancel, and the line forgets this caller however it leaves); LockLost on re-entry into a hold
+    in doubt (:meth:`Gate.try_enter`). An owner that is not ``reentrant`` never re-enters: this acquire
+    waits in the line under a place of its own while the owner holds or another acquire of it queues."""
+    caller = None if reentrant else object()  # (a thread or task makes one call at a time: it is its place)
     with gate.mutex:
         if gate.hold is None and not gate.busy and not gate.line:  # idle: nobody to join or to wait for
             gate.busy = True
             return Entered.QUEUE
-        got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended, title)
+        got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended, title, caller)
     if got is not Entered.WAIT or not blocking:
         return None if got is Entered.WAIT else got
+    place = caller or me
     try:
         while True:
             with gate.mutex:
-                got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended, title)
+                got = gate.try_enter(me, kind, hold_is_good, tolerate_suspended, title, caller)
                 if got is not Entered.WAIT:
                     return got
-                version = gate.line_up(me, kind)
+                version = gate.line_up(place, kind)
             yield WaitGate(gate, version)
     finally:
-        gate.leave_line(me, kind)
+        gate.leave_line(place, kind)
 
 
 def finish_leave(gate: Gate, left: LeaveResult) -> Steps[None]:

@@ -126,30 +126,15 @@ class ObjectOwner:
     """The owner of an object-owned lock's holds (``owner="object"``): the gate keys them by it, and the
     hold and the gate call the lock object through it (:meth:`LockCore._own_by_object`) -- weakly, so a
     lock object dropped while it holds can be collected; its hold is then released, with a warning
-    (:func:`_orphaned`)."""
+    (:func:`_orphaned`). Not reentrant: each acquire of the object waits its turn at the object's gate
+    (:func:`zkrecipes._gate.enter`), as threading.Lock's callers do."""
 
-    __slots__ = ("ref", "retry", "gate", "acquiring", "__weakref__")
+    __slots__ = ("ref", "retry", "gate", "__weakref__")
 
     def __init__(self, obj: "LockCore") -> None:
         self.ref = weakref.ref(obj)
         self.retry = obj.retry
         self.gate: Optional[Gate] = None  # the gate it last held on
-        self.acquiring = False  # an acquire of the object is under way
-
-    def acquire(self, me: "ObjectOwner", blocking: bool) -> Steps[bool]:
-        """The object's ``_acquire``: its recipe's, once at a time; LockError naming the path if the object
-        holds or is acquiring already (not reentrant: no self-deadlock, no level counting)."""
-        obj = self.ref()
-        assert obj is not None  # (its own acquire refers to it)
-        with _claims:
-            if self.acquiring or obj._gate_for(me).owned(me) is not None:
-                raise LockError(f"{obj.path}: this {obj._title} object already holds or is acquiring it "
-                                "(owner='object' is not reentrant: release() it first, from any thread)")
-            self.acquiring = True
-        try:
-            return (yield from type(obj)._acquire(obj, me, blocking))
-        finally:
-            self.acquiring = False
 
     def release(self, me: "ObjectOwner") -> Steps[None]:
         """The object's ``_release``: its recipe's; as the object holds no other level, it stops following
@@ -187,9 +172,6 @@ class ObjectOwner:
 
     def __repr__(self) -> str:
         return f"<ObjectOwner of {self.ref()!r}>"
-
-
-_claims = threading.Lock()
 
 
 def _orphaned(owner: ObjectOwner, what: str) -> None:
@@ -406,14 +388,15 @@ class LockCore(Participant):
         self._attached: Set[Hold] = set()  # the holds this object reports on
 
     def _own_by_object(self) -> None:
-        """owner="object": the object's :class:`ObjectOwner` owns its holds for every thread and task. Its
-        ``_acquire`` refuses a second acquire, its ``_release`` detaches the object; the hold's and the
-        gate's callbacks (``_told``, ``_detach``, ``_verify``, ``_cleanup``) go through the owner,
+        """owner="object": the object's :class:`ObjectOwner` owns its holds for every thread and task, on a
+        gate of the object's own (its own node, as kazoo's ``Lock``: other objects queue in ZooKeeper, and
+        its own acquires wait their turn at that gate). Its ``_release`` detaches the object; the hold's and
+        the gate's callbacks (``_told``, ``_detach``, ``_verify``, ``_cleanup``) go through the owner,
         so nothing of this process refers to the object strongly while it holds, and following an ended
         owner (``_track``) becomes remembering the gate: a collected object's hold is released then."""
         me = self._by_object = ObjectOwner(self)
         self._owner_word = OBJECT
-        self._acquire = me.acquire  # type: ignore[method-assign,assignment]
+        self._gate = Gate(self.path)  # (nobody else looks it up: a semaphore's is already per owner)
         self._release = me.release  # type: ignore[method-assign,assignment]
         self._told = me.told  # type: ignore[method-assign]
         self._detach = me.detach  # type: ignore[method-assign]
@@ -465,14 +448,15 @@ class LockCore(Participant):
 
     def _acquire_steps(self, me: Owner, blocking: bool) -> Steps[bool]:
         gate = self._gate_for(me)
-        mine = gate.owned(me) if gate.counts else None  # (only ``me`` adds itself to counts)
+        reentrant = self._by_object is None  # an object's second acquire waits for its release instead
+        mine = gate.owned(me) if reentrant and gate.counts else None  # (only ``me`` adds itself to counts)
         if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
             yield from _confirm(mine)
         elif self._kind == naming.READ:
             yield from self._look_for_writers(gate, me)
         try:
             entered = yield from _gate.enter(
-                gate, me, self._kind, blocking, _joinable, self.tolerate_suspended, self._title
+                gate, me, self._kind, blocking, _joinable, self.tolerate_suspended, self._title, reentrant
             )
         except (DeadlinePassed, Cancelled):
             return False
@@ -727,7 +711,8 @@ class Lock(Threaded, LockCore):
         Returns False on a non-blocking miss, when ``timeout`` seconds pass, or when :meth:`cancel` is
         called; in every such case (and on any exception, KeyboardInterrupt included) the node this call
         created is deleted and its watch removed. Reentrant per thread: each acquire needs a release
-        (with ``owner="object"`` the object owns the hold: a second acquire of it raises LockError).
+        (with ``owner="object"`` the object owns the hold, as threading.Lock: another acquire of it, from
+        any thread, waits its turn -- False on a try or when ``timeout`` passes, nothing left behind).
         Re-entry into a hold that is lost or in doubt (suspended, unless ``tolerate_suspended``; not
         confirmed by ZooKeeper after the process stood still) raises :class:`~zkrecipes.LockLost`
         naming the path and node, and adds no level: the outer release still ends the hold.

@@ -24,8 +24,8 @@ class FairLock(Lock):
     Guarantees: grants follow queue order; a release wakes exactly one waiter (each watches only its
     predecessor); uncontended acquire is one round trip (create and list pipelined), release one
     delete. Threads of one process share a local gate, so at most one of them queues a node; the lock is
-    reentrant per thread (with ``owner="object"``: not reentrant, a second acquire of the object raises
-    LockError). Interoperates with ``ReadWriteLock(path).write()`` on the same path.
+    reentrant per thread (with ``owner="object"``: threading.Lock's semantics, another acquire of the
+    object waits its turn). Interoperates with ``ReadWriteLock(path).write()`` on the same path.
 
     Failure behaviour: when the connection drops the hold becomes ``"suspended"`` (``is_held`` False,
     ``check()`` raises :class:`~zkrecipes.LockLost` unless ``tolerate_suspended``); reconnecting with

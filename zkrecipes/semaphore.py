@@ -52,7 +52,8 @@ class SemaphoreRecipe(LockCore):
     def _setup(self) -> None:
         self._attached = set()
         self._gates: "weakref.WeakKeyDictionary[Any, Gate]" = weakref.WeakKeyDictionary()
-        self._acquiring: "weakref.WeakSet[Any]" = weakref.WeakSet()  # owners in acquire: "waiting"
+        # owners in acquire ("waiting"): how many acquires each (an object's callers wait their turn)
+        self._acquiring: "weakref.WeakKeyDictionary[Any, int]" = weakref.WeakKeyDictionary()
 
     def _gate_for(self, me: Optional[Owner]) -> Gate:
         """``me``'s own gate: its own lease on ``path`` (shared by its Semaphore objects)."""
@@ -82,11 +83,15 @@ class SemaphoreRecipe(LockCore):
                                seen=self._seen_by(), peek=peek)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
-        self._acquiring.add(me)
+        with self._state_lock:
+            self._acquiring[me] = self._acquiring.get(me, 0) + 1
         try:
             return (yield from super()._acquire(me, blocking))
         finally:
-            self._acquiring.discard(me)
+            with self._state_lock:
+                left = self._acquiring.pop(me, 1) - 1
+                if left:
+                    self._acquiring[me] = left
 
     # -- several leases at once (lease objects) ----------------------------------------------------------
     def _lease_request(self, qty: object, timeout: object) -> Tuple[List[Any], bool, Optional[float]]:

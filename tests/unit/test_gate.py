@@ -289,3 +289,54 @@ def test_releasing_in_a_new_session_tells_the_holder_before_its_old_node_is_drop
     with pytest.raises(StopIteration):
         steps.send(True)
     assert hold.events[-1] == "closed" and hold.events.count("told lost") == (1 if state == "held" else 0)
+
+
+def _enter_object(g: Gate, me: object, blocking: bool, deadline: Optional[float] = None) -> Optional[Entered]:
+    """An acquire of an object-owned lock: the owner ``me`` is not reentrant."""
+    driver = Driver(FakeClient(), deadline, lambda: False, None)  # type: ignore[arg-type]
+    try:
+        return driver.run(enter(g, me, WRITE, blocking, good, False, None, reentrant=False))
+    except (DeadlinePassed, Cancelled):
+        return None
+
+
+@pytest.mark.parametrize("kind", [WRITE, READ])
+def test_an_owner_that_is_not_reentrant_waits_for_its_own_release(kind):
+    """owner="object" (threading.Lock): a second acquire of the owner that holds waits, adds no level, and
+    leaves no place in the line when it gives up; once released, the waiting caller queues."""
+    g, obj = Gate("/p"), object()
+    assert _enter_object(g, obj, True) is Entered.QUEUE
+    g.granted(obj, kind, HOLD)
+    with g.cond:
+        assert g.try_enter(obj, kind, good, caller=object()) is Entered.WAIT
+        assert g.try_enter(obj, kind, good) is Entered.HAVE  # (a reentrant owner would re-enter)
+    g.leave(obj, kind)
+    assert _enter_object(g, obj, False) is None  # a try: False at once
+    assert _enter_object(g, obj, True, time.monotonic() + 0.1) is None  # a timeout
+    assert not g.line and g.counts[obj].side(kind) == 1
+    got = []
+    t = threading.Thread(target=lambda: got.append(_enter_object(g, obj, True, time.monotonic() + 10)))
+    t.start()
+    deadline = time.monotonic() + 10
+    while not g.line and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert len(g.line) == 1 and got == []  # its own place in the line, not the owner's
+    left = g.leave(obj, kind)
+    assert left.last
+    g.released()
+    t.join(10)
+    assert got == [Entered.QUEUE] and not g.line and g.busy
+
+
+def test_callers_of_one_owner_that_is_not_reentrant_queue_in_arrival_order():
+    g, obj = Gate("/p"), object()
+    assert _enter_object(g, obj, True) is Entered.QUEUE  # the first caller is talking to ZooKeeper
+    first, second = object(), object()
+    with g.cond:
+        assert g.try_enter(obj, WRITE, good, caller=first) is Entered.WAIT  # busy
+        g.line_up(first, WRITE)
+        g.line_up(second, WRITE)
+    g.granted(obj, WRITE, None)  # the first acquire missed: the gate is free again
+    with g.cond:
+        assert g.try_enter(obj, WRITE, good, caller=second) is Entered.WAIT  # not its turn yet
+        assert g.try_enter(obj, WRITE, good, caller=first) is Entered.QUEUE

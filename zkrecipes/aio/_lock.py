@@ -286,7 +286,8 @@ class FairLock(Lock):
     :class:`zkrecipes.FairLock`, and interoperable with it across processes; holds are owned by asyncio
     tasks (reentrant per task; ``release()`` from another task raises LockError) and the tasks of one
     process share one node per path. With ``owner="object"`` the hold belongs to the lock object: any
-    task may release it, and a second acquire of the object raises LockError (:doc:`/ownership`).
+    task may release it, and another acquire of the object waits its turn, as asyncio.Lock's does
+    (:doc:`/ownership`).
     Listeners are called on the event loop's thread; ``lost`` is an ``asyncio.Event``.
     """
 
