@@ -232,3 +232,32 @@ def test_a_stall_is_confirmed_by_a_read_synced_first(zk, path):
     finally:
         del zk._call
         lock.release()
+
+
+@pytest.mark.parametrize("recipe", ["fair", "election"])
+def test_a_session_thread_stuck_in_a_call_past_the_stall_limit_makes_the_hold_unconfirmed(zk_factory, recipe):
+    """The session thread frozen while it runs a call (a SIGSTOP landing as it handles a reply, or a listener
+    that blocks it) is a stall too: until it is back, ``is_held`` / ``is_leader`` must not vouch for the hold
+    (it watches the doubt clock), and once it is back one read confirms the hold again. Before the fix a
+    busy session thread counted as never overdue, so a process frozen in that moment read its hold as held
+    on resume."""
+    import threading
+
+    from zkrecipes.session import _TICK, SessionWatcher
+
+    client = zk_factory(timeout=3.0)
+    holder = LeaderElection(client, "/busy") if recipe == "election" else FairLock(client, "/busy")
+    assert (holder.campaign if recipe == "election" else holder.acquire)(timeout=10)
+    held = (lambda: holder.is_leader) if recipe == "election" else (lambda: holder.is_held)
+    assert held()
+    watcher = SessionWatcher.of(client)
+    busy, free = threading.Event(), threading.Event()
+    watcher.post(lambda: (busy.set(), free.wait(30)))
+    assert busy.wait(10), "the session thread never ran the call"
+    try:
+        wait_until(lambda: not held(), watcher.stall_limit + _TICK + 5, "the hold unconfirmed while it is stuck")
+        assert held() is False
+    finally:
+        free.set()
+    wait_until(held, 10, "the hold confirmed again once the session thread is back")
+    (holder.resign if recipe == "election" else holder.release)()

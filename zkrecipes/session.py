@@ -80,7 +80,7 @@ class SessionWatcher:
         self._timeout = session_timeout(client)
         self.stall_limit = self._timeout / 3.0  # an overrun longer than this counts as a stall
         self.stalled_at = 0.0  # monotonic time the last stall was noticed
-        self._wake_by: Optional[float] = None  # while the dispatcher waits: when it should wake at the latest
+        self._wake_by: Optional[float] = None  # while the dispatcher runs: when it should be back at the latest
         self.last_session: Optional[int] = session_id(client)
         client.add_listener(self._on_kazoo_state)
 
@@ -191,7 +191,7 @@ class SessionWatcher:
         finally:  # however it ends: the next subscribe starts a new thread
             with self._lock:
                 if self._thread is threading.current_thread():
-                    self._thread = None
+                    self._thread = self._wake_by = None
 
     def _noticed(self, now: float, overrun_at: float) -> None:
         """The dispatcher saw an overrun past ``overrun_at``: note it, unless stalled_since() already noticed
@@ -212,7 +212,7 @@ class SessionWatcher:
             if next_look is not None:
                 wait = max(0.0, min(wait, next_look - time.monotonic()))
             started = time.monotonic()
-            starting = self._wake_by  # set by subscribe() until this thread first waits, else None
+            starting = self._wake_by  # set by subscribe() until this thread first waits, then by the last wake
             if starting is not None and started > starting + self.stall_limit:
                 self._noticed(started, starting + self.stall_limit)
                 self._tell_stall(started - starting)
@@ -225,7 +225,9 @@ class SessionWatcher:
             stalled = now - started > wait + self.stall_limit
             if stalled:  # before _wake_by is cleared: stalled_since() never misses it
                 self._noticed(now, started + wait + self.stall_limit)
-            self._wake_by = None
+            # busy now (a posted call, the clock): back within a tick, or a process frozen meanwhile is a stall
+            # that stalled_since() sees before this thread runs again
+            self._wake_by = now + _TICK
             if stalled:
                 self._tell_stall(now - started - wait)
             if callable(state):
@@ -242,12 +244,12 @@ class SessionWatcher:
                     self._emit(LOST)
                 with self._lock:
                     if client is None or (is_stopped(client) and self._events.empty()):
-                        self._thread = None  # the client is gone or stopped: no event can come (a later
-                        return  # subscribe, after a restart, starts the thread again)
+                        self._thread = self._wake_by = None  # the client is gone or stopped: no event can come
+                        return  # (a later subscribe, after a restart, starts the thread again)
                     if self._subs or self._subscribed != subscribed:
                         idle_since, subscribed = time.monotonic(), self._subscribed
                     elif time.monotonic() - idle_since > 2.0 and self._events.empty():
-                        self._thread = None
+                        self._thread = self._wake_by = None  # (no thread: nothing is overdue)
                         return
                 continue
             if state == KazooState.SUSPENDED:
