@@ -271,6 +271,7 @@ class LateLink:
         self._greeted: Dict[socket.socket, bool] = {}  # the connect response (no reply header) has passed
         self._armed = False
         self.held_count = 0
+        self.replies = 0  # replies to requests passed or held (not watch events, pings or the connect response)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -321,6 +322,8 @@ class LateLink:
             frame, buf[:] = bytes(buf[:4 + size]), buf[4 + size:]
             xid = struct.unpack(">i", frame[4:8])[0] if self._greeted[server] else None
             self._greeted[server] = True
+            if xid is not None and xid > 0:
+                self.replies += 1
             if server not in self._held and self._armed and xid is not None and xid > 0:
                 self._armed = False  # one reply per arm: to a request (not a watch event, ping or auth)
                 self.held_count += 1

@@ -10,15 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from kazoo.exceptions import NoNodeError
+from lockhelpers import LateLink
 from test_cli import DEADLINE, Cli, Proc, _until_gone, no_traceback, queue, wait_until
 
 from zkrecipes import FairLock, aio, break_lock
@@ -319,52 +317,26 @@ def test_break_lock_grace_is_validated_before_any_request(zk):
 
 
 # -- status --watch: a frame only when it changes ---------------------------------------------------------
-def _requests_done(ensemble, pid: int) -> int:
-    """The last request id (``lcxid``; pings have none) server 0 answered on process ``pid``'s connection,
-    found by the process's local TCP port in the server's ``cons``."""
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    ports = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[9] in inodes:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-    for line in ensemble.four_letter(0, "cons").splitlines():
-        m = re.search(r":(\d+)\[.*lcxid=0x([0-9a-f]+)", line)
-        if m and int(m.group(1)) in ports:
-            return int(m.group(2), 16)
-    return -1
-
-
 def test_status_watch_prints_a_frame_only_when_it_changes(cli, zk_ensemble, zk_namespace, zk_factory):
     """A missing path's exists watch fires when the path is made, with still nobody in it: no second
-    'no holders' frame; the next frame is the holder's row. The watcher talks to one server, whose
-    ``cons`` tells the test when the watcher has read the path again (two listings), before it adds the
-    holder: the frame it did not print would have been printed by then."""
-    server = zk_ensemble.hosts.split(",")[0]
-    w = cli.start("status", "/watched", "--watch", "--json", "--hosts", server + zk_namespace, tag="watch")
-    wait_until(lambda: w.stdout.count("\n") >= 1, "the first frame")
-
-    def done() -> list | None:
-        n = _requests_done(zk_ensemble, w.pid)
-        return [n] if n >= 0 else None
-
-    before = wait_until(done, "the watcher's connection in server 0's cons")[0]
-    writer = zk_factory()
-    writer.create("/watched")
-    wait_until(lambda: (done() or [-1])[0] >= before + 2, "the watcher's two listings after the path was made")
-    writer.create("/watched/host-W-", b"{}", ephemeral=True, sequence=True)
-    wait_until(lambda: '"holding"' in w.stdout, "the holder's frame")
-    writer.delete("/watched", recursive=True)
-    wait_until(lambda: w.stdout.count("\n") >= 3, "the frame after the delete")
-    w.popen.send_signal(2)
-    assert w.wait() == 0, w.stderr
+    'no holders' frame; the next frame is the holder's row. The watcher talks through a proxy that counts
+    the replies to its requests, which tells the test when the watcher has read the path again (two
+    listings), before it adds the holder: the frame it did not print would have been printed by then."""
+    link = LateLink(zk_ensemble.hosts)  # never armed: it only counts
+    try:
+        w = cli.start("status", "/watched", "--watch", "--json", "--hosts", link.hosts + zk_namespace, tag="watch")
+        wait_until(lambda: w.stdout.count("\n") >= 1, "the first frame")
+        before = link.replies
+        writer = zk_factory()
+        writer.create("/watched")
+        wait_until(lambda: link.replies >= before + 2, "the watcher's two listings after the path was made")
+        writer.create("/watched/host-W-", b"{}", ephemeral=True, sequence=True)
+        wait_until(lambda: '"holding"' in w.stdout, "the holder's frame")
+        writer.delete("/watched", recursive=True)
+        wait_until(lambda: w.stdout.count("\n") >= 3, "the frame after the delete")
+        w.popen.send_signal(2)
+        assert w.wait() == 0, w.stderr
+    finally:
+        link.close()
     frames = [json.loads(line) for line in w.stdout.splitlines()]
     assert [[r["state"] for r in f] for f in frames] == [[], ["holding"], []], w.stdout
