@@ -300,8 +300,9 @@ class Participant(NamedInit):
                 self._listeners.remove(fn)
 
     def cancel(self) -> None:
-        """Make pending acquires (campaigns) of this object return False (``with``/``hold()`` raise
-        :class:`~zkrecipes.LockCancelled`); their nodes are deleted. Safe to call from any thread."""
+        """Make this object's pending acquires or campaigns return False (a lock's ``with``/``hold()``
+        raise :class:`~zkrecipes.LockCancelled`); their nodes are deleted. What is already held, a lock
+        or leadership, is kept. Safe to call from any thread."""
         self._cancelled = True
         for d in list(self._drivers):
             d.interrupt()
