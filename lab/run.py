@@ -402,12 +402,12 @@ class Trial:
         """The nodes of ``impl``'s queue with owner session, pid and per-acquire guid (for stall reports)."""
         from kazoo.exceptions import KazooException
 
-        from zkrecipes import LockError, naming
+        from zkrecipes import LockError, formats, naming
 
         path = self.paths[impl]
         out = []
         try:
-            for node in naming.sort_queue(self.mon.get_children(path)):
+            for _, node in formats.sort_any(self.mon.get_children(path)):
                 try:
                     data, stat = self.mon.get(f"{path}/{node.name}")
                 except KazooException:

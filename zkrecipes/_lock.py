@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -32,13 +32,14 @@ from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
 from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
-from ._signature import NamedInit
+from ._signature import DEFAULTS, NamedInit, Options
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
 if TYPE_CHECKING:
+    from ._signature import Unpack
     from .once import Once
 
 log = logging.getLogger("zkrecipes.lock")
@@ -201,13 +202,11 @@ class Participant(NamedInit):
         client: KazooClient,
         path: str,
         identifier: Optional[str] = None,
-        *,
-        host: Optional[str] = None,
-        acl: Optional[Sequence[ACL]] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-        protocol: str = formats.ZKRECIPES,
+        **options: Unpack[Options],
     ) -> None:
+        o = {**DEFAULTS, **options}
+        host, acl, retry = o["host"], o["acl"], o["retry"]
+        tolerate_suspended, protocol = o["tolerate_suspended"], o["protocol"]
         if not isinstance(client, KazooClient):
             raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
         self.path = naming.validate_path(path)
@@ -301,8 +300,9 @@ class Participant(NamedInit):
                 self._listeners.remove(fn)
 
     def cancel(self) -> None:
-        """Make pending acquires (campaigns) of this object return False (``with``/``hold()`` raise
-        :class:`~zkrecipes.LockCancelled`); their nodes are deleted. Safe to call from any thread."""
+        """Make this object's pending acquires or campaigns return False (a lock's ``with``/``hold()``
+        raise :class:`~zkrecipes.LockCancelled`); their nodes are deleted. What is already held, a lock
+        or leadership, is kept. Safe to call from any thread."""
         self._cancelled = True
         for d in list(self._drivers):
             d.interrupt()
@@ -370,16 +370,11 @@ class LockCore(Participant):
         path: str,
         identifier: Optional[str] = None,
         *,
-        host: Optional[str] = None,
-        acl: Optional[Sequence[ACL]] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-        protocol: str = formats.ZKRECIPES,
         owner: Optional[str] = None,
+        **options: Unpack[Options],
     ) -> None:
         by_object = validate_owner(owner, self._owner_word)
-        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
-                         tolerate_suspended=tolerate_suspended, protocol=protocol)
+        super().__init__(client, path, identifier, **options)
         if by_object:
             self._own_by_object()
 

@@ -194,10 +194,6 @@ class ElectionCore(Participant):
             raise LockLost(f"{self.path}: not the leader")
         return hold
 
-    def cancel(self) -> None:
-        """Stop a pending campaign (it returns False); leadership already held is kept."""
-        super().cancel()
-
     def _report(self, hold: Hold, state: str) -> None:
         # Report the hold's state as it is now, not as it was when this call was scheduled: the campaign
         # and the session dispatcher both call this, and the later call must not report an older state.

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
-import tenacity
 from kazoo.client import KazooClient
-from kazoo.security import ACL
 
-from . import _kazoo, formats
+from . import _kazoo
 from ._signature import NamedInit
 from .election import LEADER, ElectionCore, LeaderElection
 from .errors import ClientClosed, LockError
 from .naming import validate_timeout
+
+if TYPE_CHECKING:
+    from ._signature import Options, Unpack
 
 log = logging.getLogger("zkrecipes.latch")
 
@@ -71,17 +72,9 @@ class LatchCore(NamedInit):
         client: KazooClient,
         path: str,
         identifier: Optional[str] = None,
-        *,
-        host: Optional[str] = None,
-        acl: Optional[Sequence[ACL]] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-        protocol: str = formats.ZKRECIPES,
+        **options: Unpack[Options],
     ) -> None:
-        self.election = self._election_class(
-            client, path, identifier, host=host, acl=acl, retry=retry, tolerate_suspended=tolerate_suspended,
-            protocol=protocol,
-        )
+        self.election = self._election_class(client, path, identifier, **options)
         self._lock = threading.Lock()
         self._listeners: List[LatchListener] = []
         self._leading = False  # as last told to the listeners

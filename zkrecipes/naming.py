@@ -13,7 +13,7 @@ import os
 import re
 import socket
 import threading
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 READ = "R"
 WRITE = "W"
@@ -195,15 +195,6 @@ def distance(seq: int, ref: int) -> int:
     2^32, the order holds as long as the live nodes of a queue span less than 2^31 sequence numbers.
     """
     return ((seq - ref + _HALF) & 0xFFFFFFFF) - _HALF
-
-
-def sort_queue(children: Iterable[str]) -> List[QueueNode]:
-    """Parse and order children by sequence, wrap-aware (see :func:`distance`), dropping names without one."""
-    nodes = [n for n in map(parse, children) if n is not None]
-    if nodes:
-        ref = nodes[0].sequence
-        nodes.sort(key=lambda n: distance(n.sequence, ref))
-    return nodes
 
 
 class _PerThread(threading.local):

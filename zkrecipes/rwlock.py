@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, List, Optional, Sequence, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, List, Optional, Type, TypeVar
 
-import tenacity
 from kazoo.client import KazooClient
-from kazoo.security import ACL
 
-from . import formats, naming
+from . import naming
 from ._engine import nearest_writer as nearest_writer  # the wait-rule of readers (re-exported)
 from ._lock import LockCore
 from ._signature import NamedInit
 from .fair import FairLock
 from .naming import Contender
+
+if TYPE_CHECKING:
+    from ._signature import Options, Unpack
 
 R = TypeVar("R", bound=LockCore)
 W = TypeVar("W", bound=LockCore)
@@ -65,16 +66,11 @@ class Pair(NamedInit, Generic[R, W]):
         path: str,
         identifier: Optional[str] = None,
         *,
-        host: Optional[str] = None,
-        acl: Optional[Sequence[ACL]] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-        protocol: str = formats.ZKRECIPES,
         owner: Optional[str] = None,
+        **options: Unpack[Options],
     ) -> None:
         def side(cls: Type[Any]) -> Any:
-            return cls(client, path, identifier, host=host, acl=acl, retry=retry,
-                       tolerate_suspended=tolerate_suspended, protocol=protocol, owner=owner)
+            return cls(client, path, identifier, owner=owner, **options)
 
         self._read: R = side(self._sides[0])
         self._write: W = side(self._sides[1])

@@ -5,18 +5,19 @@ from __future__ import annotations
 import itertools
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-import tenacity
 from kazoo.client import KazooClient
-from kazoo.security import ACL
 
-from . import _engine, _gate, _reaper, formats, naming
+from . import _engine, _gate, _reaper, naming
 from ._engine import Blockers, Entry, Steps
 from ._engine import nearest_leases as nearest_leases  # the wait-rule of a lease (re-exported)
 from ._gate import Gate
 from ._lock import IDLE, OBJECT, WAITING, Lock, LockCore, LockState, Owner, acquire_deadline
 from .errors import LockError
+
+if TYPE_CHECKING:
+    from ._signature import Options, Unpack
 from .naming import QueueNode
 
 
@@ -37,16 +38,11 @@ class SemaphoreRecipe(LockCore):
         max_leases: int,
         identifier: Optional[str] = None,
         *,
-        host: Optional[str] = None,
-        acl: Optional[Sequence[ACL]] = None,
-        retry: Optional[tenacity.Retrying] = None,
-        tolerate_suspended: bool = False,
-        protocol: str = formats.ZKRECIPES,
         owner: Optional[str] = None,
+        **options: Unpack[Options],
     ) -> None:
         self.max_leases = naming.validate_max_leases(max_leases)
-        super().__init__(client, path, identifier, host=host, acl=acl, retry=retry,
-                         tolerate_suspended=tolerate_suspended, protocol=protocol, owner=owner)
+        super().__init__(client, path, identifier, owner=owner, **options)
         _declare(self)
 
     def _setup(self) -> None:

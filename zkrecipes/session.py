@@ -1,13 +1,13 @@
 """Session states: one watcher per KazooClient, and the state machine of one hold.
 
-A dispatcher thread per client turns kazoo's states, and the doubt clock, into ``suspended`` /
-``connected`` / ``lost`` events, so no subscriber runs on kazoo's threads. The doubt clock (DESIGN.md):
-with ``sent`` the moment we sent the latest request the server has answered (pings included) and ``T`` the
-session timeout the server granted, the session is *in doubt* (``suspended``) from ``sent + T/2`` without a
-newer answer (kazoo pings every ``T/3`` when idle, so a live link answers well before) or when kazoo
-reports the connection lost, and ``lost`` at ``sent + T`` (the server may expire it from then on, and give
-the lock away). Timed waits that overrun by a third of the session timeout mean the process stood still
-(GC, SIGSTOP): holds are then *stale* until ZooKeeper confirms them.
+A dispatcher thread per client turns kazoo's states, and the doubt clock, into ``suspended`` / ``connected`` /
+``lost`` events, so no subscriber runs on kazoo's threads. The doubt clock (docs/session-loss.rst, "The doubt
+clock"; its place in the architecture: docs/design.rst): with ``sent`` the moment we sent the latest request
+the server has answered (pings included) and ``T`` the session timeout the server granted, the session is *in
+doubt* (``suspended``) from ``sent + T/2`` without a newer answer (kazoo pings every ``T/3`` when idle, so a
+live link answers well before) or when kazoo reports the connection lost, and ``lost`` at ``sent + T`` (the
+server may expire it from then on, and give the lock away). Timed waits that overrun by a third of the session
+timeout mean the process stood still (GC, SIGSTOP): holds are then *stale* until ZooKeeper confirms them.
 
 A :class:`Hold`: held -> suspended (connection drops, or replies overdue) -> lost (session expired, or the
 lost deadline passed); back to held when replies come again in the same session with its node verified ours.

@@ -168,3 +168,37 @@ def test_the_table_check_catches_a_name_zkrecipes_does_not_have():
                                      "zkrecipes.Cancelled (a role)"]
     assert _unknown_names(["``lock.is_held``", "``Semaphore(zk, path, 5)``", "``lock.hold(timeout=5)``",
                            ":attr:`~zkrecipes.Semaphore.max_leases`", ":class:`zkrecipes.testing.Ensemble`"]) == []
+
+
+# -- docs/design.rst: the module map names every module of the package -----------------------------------
+
+PACKAGE = Path(zkrecipes.__file__).resolve().parent
+
+
+def _modules() -> list:
+    """Every module of the package as the map names it: ``_lock``, ``aio/_lock``, ``aio`` (its
+    ``__init__``), ``zkrecipes`` (the package's own)."""
+    names = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).with_suffix("").as_posix()
+        rel = rel[: -len("/__init__")] if rel.endswith("/__init__") else rel
+        names.append("zkrecipes" if rel == "__init__" else rel)
+    return names
+
+
+def _module_map(text: str) -> set:
+    section = text.split("Module map\n----------\n", 1)[1]
+    section = re.split(r"\n[^\n]+\n-{3,}\n", section, maxsplit=1)[0]  # up to the next section
+    return set(re.findall(r"``([\w/]+)``", section))
+
+
+def test_design_module_map_names_every_module():
+    modules = _modules()
+    assert len(modules) > 40 and "_engine" in modules and "aio/_driver" in modules, modules
+    named = _module_map((DOCS / "design.rst").read_text())
+    assert not [m for m in modules if m not in named], [m for m in modules if m not in named]
+
+
+def test_the_module_map_check_catches_a_missing_module():
+    text = "Module map\n----------\n\n- ``_engine``: steps.\n- ``aio/_lock``: the front.\n\nNext\n----\n\n``_lock``\n"
+    assert _module_map(text) == {"_engine", "aio/_lock"}

@@ -182,7 +182,7 @@ def test_readers_are_blocked_by_any_node_that_is_not_a_reader():
     from zkrecipes import naming
     from zkrecipes.rwlock import nearest_writer
 
-    ahead = naming.sort_queue(["h-R-0000000001", "h-S2-0000000002", "h-R-0000000003"])
+    ahead = [n for _, n in formats.sort_any(["h-R-0000000001", "h-S2-0000000002", "h-R-0000000003"])]
     me = naming.parse("h-R-0000000004")
     assert nearest_writer(ahead, me).name == "h-S2-0000000002"
 

@@ -211,14 +211,14 @@ def test_a_waiting_thread_enters_when_the_holder_leaves_and_threads_keep_arrival
 @pytest.mark.parametrize("behind, starved", [("h-R-0000000009", False), ("h-W-0000000009", True),
                                              ("h-S2-0000000009", True), ("h-W-0000000001", False)])
 def test_a_node_that_is_not_a_reader_queued_behind_our_read_node_stops_local_readers_joining(behind, starved):
-    from zkrecipes import naming
+    from zkrecipes import formats, naming
 
     g = Gate("/p")
     with g.cond:
         assert g.try_enter(1, READ, good) is Entered.QUEUE
     g.granted(1, READ, HOLD)
     assert g.unchecked_read_hold(2) is HOLD and g.unchecked_read_hold(1) is None  # (1 holds already)
-    g.look_behind(HOLD, naming.parse("h-R-0000000005"), naming.sort_queue(["h-R-0000000005", behind]))
+    g.look_behind(HOLD, naming.parse("h-R-0000000005"), [n for _, n in formats.sort_any(["h-R-0000000005", behind])])
     assert (g.unchecked_read_hold(2) is None) is starved  # looked once per hold when a writer was seen
     with g.cond:
         assert g.try_enter(2, READ, good) is (Entered.WAIT if starved else Entered.HAVE)

@@ -13,7 +13,7 @@ import pytest
 from kazoo.client import KazooClient
 from kazoo.security import make_digest_acl
 
-from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock, naming
+from zkrecipes import ExclusiveLock, FairLock, ReadWriteLock, formats, naming
 from zkrecipes.naming import QueueNode
 
 
@@ -217,16 +217,16 @@ def test_queue_orders_by_integer_sequence_not_by_string():
         "lock",  # not a queue node: dropped
         "d-R-0000000009",
     ]
-    order = [n.sequence for n in naming.sort_queue(children)]
+    order = [n.sequence for _, n in formats.sort_any(children)]
     assert order == [2, 9, 10, 1999999999, 2000000000]
-    assert sorted(children) != [n.name for n in naming.sort_queue(children)]  # string order would be wrong
+    assert sorted(children) != [n.name for _, n in formats.sort_any(children)]  # string order would be wrong
 
 
 def test_queue_order_survives_the_sequence_wrap():
     # ZooKeeper's counter is a signed 32-bit int: after 2147483647 come -2147483648, -2147483647, ...
     # (kazoo #606/#730: sorting those first re-elected forever). Nodes made after the wrap are behind.
     children = ["h-W--2147483647", "h-R-2147483646", "k__lock__-2147483648", "h-W-2147483647", "h-R--2147483640"]
-    order = [n.name for n in naming.sort_queue(children)]
+    order = [n.name for _, n in formats.sort_any(children)]
     assert order == ["h-R-2147483646", "h-W-2147483647", "k__lock__-2147483648", "h-W--2147483647", "h-R--2147483640"]
     assert naming.distance(-2147483648, 2147483647) == 1
     assert naming.distance(2147483647, -2147483648) == -1
@@ -234,7 +234,7 @@ def test_queue_order_survives_the_sequence_wrap():
     assert naming.distance(7, 3) == 4
     # any member of the queue works as the reference: the order does not depend on the listing's order
     for rotated in (children[i:] + children[:i] for i in range(len(children))):
-        assert [n.name for n in naming.sort_queue(rotated)] == order
+        assert [n.name for _, n in formats.sort_any(rotated)] == order
 
 
 def test_sequence_reads_every_suffix_format_zookeeper_writes():
