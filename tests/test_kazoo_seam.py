@@ -23,7 +23,7 @@ from kazoo.protocol.states import KazooState
 from kazoo.security import OPEN_ACL_UNSAFE
 from lockhelpers import LateLink, full_path, server_watches, wait_until
 
-from zkrecipes import FairLock, _kazoo
+from zkrecipes import FairLock, _kazoo, _kazoo_ops
 
 
 def test_runs_on_the_expected_kazoo():
@@ -35,7 +35,7 @@ def test_nowatcher_is_registered_and_a_late_remove_watches_keeps_the_client_aliv
     assert -121 in kazoo.exceptions.EXCEPTIONS
     zk.create("/seam-nw", b"")
     ar = zk.handler.async_result()
-    zk._call(_kazoo.RemoveWatches(full_path(zk, "/seam-nw"), 2), ar)  # no such watch: NOWATCHER
+    zk._call(_kazoo_ops.RemoveWatches(full_path(zk, "/seam-nw"), 2), ar)  # no such watch: NOWATCHER
     with pytest.raises(kazoo.exceptions.ZookeeperError):
         ar.get(timeout=10)
     assert ar.exception is kazoo.exceptions.EXCEPTIONS[-121] or type(ar.exception) is kazoo.exceptions.EXCEPTIONS[-121]
@@ -206,17 +206,17 @@ def test_data_watchers_and_remove_data_watch_client_and_server_side(zk, zk_ensem
         fired.set()
 
     zk.get("/seam-w", watch=fn)
-    assert _kazoo.data_watchers(zk, "/seam-w") == frozenset({fn})
+    assert _kazoo_ops.data_watchers(zk, "/seam-w") == frozenset({fn})
     full = full_path(zk, "/seam-w")
     wait_until(lambda: full in server_watches(zk_ensemble, "wchp"), 10, "the server to list our watch")
-    _kazoo.remove_data_watch(zk, "/seam-w", fn)
-    assert _kazoo.data_watchers(zk, "/seam-w") == frozenset()
+    _kazoo_ops.remove_data_watch(zk, "/seam-w", fn)
+    assert _kazoo_ops.data_watchers(zk, "/seam-w") == frozenset()
     zk.sync("/seam-w")  # the removal has reached the server
     assert full not in server_watches(zk_ensemble, "wchp")
     zk.set("/seam-w", b"changed")
     zk.sync("/seam-w")
     assert not fired.is_set()
-    _kazoo.remove_data_watch(zk, "/seam-w", fn)  # not watched any more: a no-op
+    _kazoo_ops.remove_data_watch(zk, "/seam-w", fn)  # not watched any more: a no-op
 
 
 def test_commit_fenced_applies_only_in_the_nodes_session(zk, zk_factory):
@@ -230,12 +230,12 @@ def test_commit_fenced_applies_only_in_the_nodes_session(zk, zk_factory):
     assert holder.acquire()  # another session holds the very path the fence checks
     ops = [Create(full_path(zk, "/seam-fenced"), b"", list(OPEN_ACL_UNSAFE), 0)]
     sid = _kazoo.session_id(zk)
-    results = _kazoo.commit_fenced(zk, ops, sid + 1, "/seam-fence/lock").get(timeout=10)
+    results = _kazoo_ops.commit_fenced(zk, ops, sid + 1, "/seam-fence/lock").get(timeout=10)
     assert len(results) == 1 and isinstance(results[0], Exception)  # replaced: nothing applied
     assert zk.exists("/seam-fenced") is None
-    results = _kazoo.commit_fenced(zk, ops, sid, "/seam-fence/lock").get(timeout=10)  # our session: passes
+    results = _kazoo_ops.commit_fenced(zk, ops, sid, "/seam-fence/lock").get(timeout=10)  # our session: passes
     assert results[0] is True and results[1].endswith("/seam-fenced")
     assert zk.exists("/seam-fenced") is not None
-    results = _kazoo.commit_fenced(zk, ops, sid, "/seam-fence/nobody").get(timeout=10)  # the node is gone
+    results = _kazoo_ops.commit_fenced(zk, ops, sid, "/seam-fence/nobody").get(timeout=10)  # the node is gone
     assert isinstance(results[0], kazoo.exceptions.NoNodeError)
     holder.release()

@@ -599,7 +599,7 @@ def test_a_watch_removal_that_loses_the_race_leaves_the_client_working(zk):
     connection. The reply must come back as an error and the client must keep working."""
     from kazoo.exceptions import ZookeeperError
 
-    from zkrecipes._kazoo import RemoveWatches
+    from zkrecipes._kazoo_ops import RemoveWatches
 
     ar = zk.handler.async_result()
     zk._call(RemoveWatches(zk.chroot + "/never-watched", 2), ar)

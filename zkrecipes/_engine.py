@@ -1,10 +1,11 @@
 """The engine, free of I/O, threads and clocks: every recipe's acquire, written once as generators.
 
 A recipe's *steps* are a generator that *yields* what it needs (a create pipelined with a listing, a
-read, a watch, a wait, a delete) and is *sent* the answer or has the error thrown in. A driver performs the requests:
-:mod:`zkrecipes._drive` on the calling thread, :mod:`zkrecipes.aio._driver` on an event loop. Drivers
-bound everything by the acquire's deadline and cancel, thrown in as :class:`DeadlinePassed` /
-:class:`Cancelled`; the generators then delete the node they made: no exit but success leaves one.
+read, a watch, a wait, a delete: :mod:`zkrecipes._steps`) and is *sent* the answer or has the error
+thrown in. A driver performs the requests: :mod:`zkrecipes._drive` on the calling thread,
+:mod:`zkrecipes.aio._driver` on an event loop. Drivers bound everything by the acquire's deadline and
+cancel, thrown in as :class:`DeadlinePassed` / :class:`Cancelled`; the generators then delete the node
+they made: no exit but success leaves one.
 
 The queue (etcd's ``concurrency/mutex.go`` shape): create our ephemeral-sequential node and list the
 queue in one round trip; ask the recipe's *wait-rule* ``rule(ahead, me) -> blocker(s) | None`` which
@@ -20,21 +21,7 @@ later, since nodes only join behind; a queue free then is raced for as usual.
 from __future__ import annotations
 
 import logging
-from typing import (
-    AbstractSet,
-    Any,
-    Callable,
-    Dict,
-    Generator,
-    List,
-    NamedTuple,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 from kazoo.exceptions import (
     ConnectionClosedError,
@@ -48,6 +35,28 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL
 
 from . import formats, naming
+from ._steps import NOW as NOW  # the steps the engine yields (re-exported: the drivers perform them)
+from ._steps import PAUSE as PAUSE
+from ._steps import SESSION as SESSION
+from ._steps import SLEEP as SLEEP
+from ._steps import STALE as STALE
+from ._steps import UNWATCH as UNWATCH
+from ._steps import Cancelled as Cancelled
+from ._steps import CreateAndList as CreateAndList
+from ._steps import CreateParent as CreateParent
+from ._steps import DeadlinePassed as DeadlinePassed
+from ._steps import Delete as Delete
+from ._steps import DeleteOld as DeleteOld
+from ._steps import Entry as Entry
+from ._steps import Read as Read
+from ._steps import ReadAll as ReadAll
+from ._steps import SessionGone as SessionGone
+from ._steps import Step as Step
+from ._steps import Steps as Steps
+from ._steps import T as T
+from ._steps import WaitGate as WaitGate
+from ._steps import Watch as Watch
+from ._steps import Write as Write
 from .errors import LockError
 from .formats import NodeFormat
 from .naming import Contender, QueueNode
@@ -55,150 +64,8 @@ from .retry import TRANSIENT
 
 log = logging.getLogger("zkrecipes.engine")
 
-T = TypeVar("T")
 Blockers = Union[None, QueueNode, Sequence[QueueNode]]
 Rule = Callable[[List[QueueNode], QueueNode], Blockers]
-
-
-class SessionGone(Exception):
-    """Raised by a driver's delete: the session that owned the node has ended (the node went with it)."""
-
-
-class DeadlinePassed(Exception):
-    """Thrown in by a driver: the acquire's deadline passed (or a non-blocking attempt would wait); raised
-    by the steps themselves when a non-blocking attempt (``peek``) finds the lock held."""
-
-
-class Cancelled(Exception):
-    """Thrown in by a driver: the acquire was cancelled."""
-
-
-# -- the steps: what the engine asks of its driver -------------------------------------------------
-class CreateAndList(NamedTuple):
-    """Create ``path`` (ephemeral, plus sequential in ``flags``) and, if ``parent`` is not None, list it in
-    the same round trip. Answer: ``(create outcome, listing outcome or None, session id once the replies are
-    in)``, outcomes as values or exceptions (not thrown: the engine sorts them out). A create the driver
-    abandons (deadline, cancel) is deleted when its reply comes."""
-
-    path: str
-    data: bytes
-    acl: Sequence[ACL]
-    flags: int
-    parent: Optional[str]  # list this parent too, or None
-
-
-class Read(NamedTuple):
-    """An idempotent read, retried on transient errors: kazoo's ``<kind>_async(path)`` for ``kind`` in
-    ``get_children``, ``get``, ``exists``, ``sync``. With ``once``: one attempt, bounded by the session
-    timeout and the deadline (a check of what we hold: its error is the answer, not a reason to wait).
-    With ``synced``: a ``sync`` of the parent is pipelined before it on the same connection (no extra round
-    trip), so the read sees every write committed before it was sent -- a follower that has not yet applied
-    our session's expiry cannot say a node of that session is still there."""
-
-    kind: str
-    path: str
-    once: bool = False
-    synced: bool = False
-
-
-class ReadAll(NamedTuple):
-    """``get`` of every path, pipelined: answer a list of ``(data, stat)`` or the exception, in order."""
-
-    paths: Sequence[str]
-
-
-class Write(NamedTuple):
-    """A write to someone else's node, conditional on its data ``version`` (:mod:`zkrecipes.revoke`):
-    ``set_data`` of ``data``, or a delete if ``data`` is None. Retried on transient errors: a retry of a
-    write that was applied answers BadVersionError or NoNodeError, so the steps read again. Answer: kazoo's
-    (the node's new stat for a ``set_data``)."""
-
-    path: str
-    version: int
-    data: Optional[bytes] = None
-
-
-class CreateParent(NamedTuple):
-    """Create the parent node ``path`` with ``acl``: a container node (a persistent one if not ``container``,
-    or where the server has none), retried on transient errors. Answer: its path; raises as the create."""
-
-    path: str
-    acl: Sequence[ACL]
-    container: bool
-
-
-class Watch(NamedTuple):
-    """Set a data watch on ``path``; answer its stat, or None if the node is gone (no watch).
-
-    Without ``keep`` it is our only watch: the driver drops any other first. With ``keep`` it is added to
-    the watches set since the last Watch without ``keep`` (the driver keeps a set of watched paths).
-    With ``listing``: when this node goes, the steps will list that parent next; the driver may send that
-    listing as it hears of the deletion (before the waiting thread or task runs) and answer the next
-    ``Read("get_children", listing)`` with it."""
-
-    path: str
-    keep: bool = False
-    listing: Optional[str] = None
-
-
-class Delete(NamedTuple):
-    """Delete our node ``path`` unless the client's session is no longer ``session``; never bounded by the
-    acquire's deadline (it cleans up). Without a connection it waits for one until ``gone()`` says the
-    session is gone. Answer: True once deleted, False if the session (and the node with it) was gone, None
-    if the node was gone before our delete reached the server, in our live session: someone else deleted
-    it (``break_lock``, an operator). (A delete retried after a lost connection may find the node its
-    first try removed: that answers True.)"""
-
-    path: str
-    session: Optional[int]
-    gone: Optional[Callable[[], bool]] = None
-
-
-class DeleteOld(NamedTuple):
-    """Delete ``path``, the sequential node with czxid ``token`` that ``session``, an earlier session of this
-    client, made, if it still is that node. A session the client gave up (kazoo's test harness does so to
-    simulate an expiry) may live on in the server until its timeout, and its node with it, blocking the
-    queue: it can be no one else's. Read, then delete; answer True if deleted. See :func:`drop_old`."""
-
-    path: str
-    session: int
-    token: int
-
-
-class WaitGate(NamedTuple):
-    """Wait until the local gate ``gate`` (:class:`zkrecipes._gate.Gate`) changes: its ``version`` is no
-    longer ``version``. Answer: None."""
-
-    gate: Any
-    version: int
-
-
-class _NoArgs(NamedTuple):
-    """A step with no arguments: one of the constants below."""
-
-    what: str
-
-
-SESSION = _NoArgs("session")  # answer: the client's session id now, or None between connections
-STALE = _NoArgs("stale")  # answer: True if a grant now would rest on old news (the process stood still)
-# SLEEP: wait for a wake-up; answer: the set of watched paths deleted (a frozenset, empty if woken by
-# something else: a session event, a data change, a cancel)
-SLEEP = _NoArgs("sleep")
-PAUSE = _NoArgs("pause")  # wait a moment (a new session is being set up); wakes early on any event
-UNWATCH = _NoArgs("unwatch")  # drop our watches
-NOW = _NoArgs("now")  # answer: the driver's clock (time.monotonic())
-
-Step = Any  # one of the above
-Steps = Generator[Step, Any, T]  # a recipe's steps: yields Steps, is sent their answers, returns T
-
-
-class Entry(NamedTuple):
-    """Our node in a queue, and the session that owns it."""
-
-    path: str
-    node: QueueNode
-    token: int  # the czxid: the fencing token
-    session: int
 
 
 def owns(stat: Optional[ZnodeStat], session: Optional[int]) -> bool:
@@ -310,7 +177,7 @@ def acquire(
             found = rule(ahead, entry.node)
             if not found:  # None, or no blockers (a QueueNode is a non-empty tuple)
                 stale = bool(waited and (yield STALE))
-                if (confirm or stale) and not (yield from _confirm(entry, synced=stale)):
+                if (confirm or stale) and not (yield from still_ours(entry.path, entry.session, synced=stale)):
                     entry = None
                     continue
                 return entry
@@ -397,14 +264,18 @@ def _ahead(parent: str, entry: Entry, fmt: NodeFormat) -> Steps[Optional[List[Qu
     return ahead if seen else None
 
 
-def _confirm(entry: Entry, synced: bool = False) -> Steps[bool]:
-    """Read our node back: True if it exists and belongs to our current session. ``synced`` after a stall:
-    the session may have expired meanwhile, and a lagging follower must not say otherwise."""
+def still_ours(path: str, session: int, synced: bool = False, once: bool = False) -> Steps[bool]:
+    """The one confirm step, "is this node still ours": read ``path`` back; True if it exists, belongs to
+    ``session`` (:func:`owns`) and that is the client's session still. ``synced`` after a stall: the
+    session may have expired meanwhile, and a lagging follower must not say otherwise (a ``sync`` is
+    pipelined first). ``once``: a check of what we hold -- one attempt, its error raised (ZooKeeper could
+    not say). The queue's read-back, ``check()``, re-entry and a hold's own follow
+    (:mod:`zkrecipes._follow`) all ask it here."""
     try:
-        stat, sid = yield from in_session(Read("exists", entry.path, synced=synced))
-    except SessionExpiredError:
+        stat, sid = yield from in_session(Read("exists", path, once=once, synced=synced))
+    except (NoNodeError, SessionExpiredError):
         return False
-    return owns(stat, entry.session) and sid == entry.session
+    return owns(stat, session) and sid == session
 
 
 def in_session(op: Step) -> Steps[Tuple[Any, int]]:
@@ -580,78 +451,6 @@ def find_own(parent: str, prefix: str, guid: str, sequence: bool) -> Steps[Optio
     for extra in found[1:]:
         yield Delete(extra.path, extra.session)
     return found[0] if found else None
-
-
-# -- the one-node race (ExclusiveLock) ----------------------------------------------------------------
-def race(
-    parent: str,
-    acl: Sequence[ACL],
-    name: str,
-    data: bytes,
-    guid: str,
-    seen: Optional[Callable[[int], None]] = None,
-    fmt: NodeFormat = formats.get(formats.ZKRECIPES, "exclusive"),
-    peek: bool = False,
-) -> Steps[Entry]:
-    """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes
-    (``seen(1)`` as :func:`acquire`'s: the holder is ahead). The parent is listed in the same round trip
-    as each create: a node of another recipe there (``fmt.alone``) raises LockError, our node deleted.
-    Of two recipes that create at once, the later create's listing shows the earlier node: never both held.
-    With ``peek`` (a non-blocking attempt) the parent is listed first: DeadlinePassed if ``name`` is there,
-    LockError for a node of another recipe, nothing written either way."""
-    path = f"{parent}/{name}"
-    if peek:
-        try:
-            children = yield Read("get_children", parent)
-        except NoNodeError:  # a new key: nobody there
-            children = []
-        fmt.alone(parent, children, written=False)
-        if name in children:
-            raise DeadlinePassed()
-    while True:
-        try:
-            entry, children = yield from create(parent, acl, name, data, guid, sequence=False, listing=True)
-        except NodeExistsError:  # someone holds it
-            pass
-        else:
-            granted = yield from _alone(parent, entry, children, fmt)
-            if granted is not None:
-                return granted
-            continue
-        try:
-            stat = yield Watch(path)
-        except SessionExpiredError:
-            continue
-        if stat is None:
-            continue
-        if owns(stat, (yield SESSION)):  # a lost create reply of ours?
-            entry_or_none = yield from find_own(parent, name, guid, sequence=False)
-            if entry_or_none is not None:
-                yield UNWATCH
-                granted = yield from _alone(parent, entry_or_none, None, fmt)
-                if granted is not None:
-                    return granted
-                continue
-        if seen is not None:
-            seen(1)
-        yield SLEEP
-
-
-def _alone(parent: str, entry: Entry, children: Optional[List[str]], fmt: NodeFormat) -> Steps[Optional[Entry]]:
-    """``entry`` once the listing taken after its create (``children``, read now if None) shows no node of
-    another recipe; else our node is deleted and LockError raised. None if the parent (so our node) is gone."""
-    try:
-        if children is None:
-            children = yield Read("get_children", parent)
-        fmt.alone(parent, children)
-    except NoNodeError:  # the parent went, so our node went first (its session ended)
-        return None
-    except GeneratorExit:
-        raise
-    except BaseException:
-        yield Delete(entry.path, entry.session)
-        raise
-    return entry
 
 
 # -- observing -----------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterable, List, NamedTuple, NoReturn, Sequence
 from kazoo.client import TransactionRequest
 from kazoo.exceptions import ConnectionClosedError, RolledBackError, RuntimeInconsistency, SessionExpiredError
 
-from . import _kazoo
+from . import _kazoo_ops
 from ._kazoo import AsyncResult
 from .errors import LockLost, TransactionFailed
 from .session import Hold
@@ -70,13 +70,13 @@ class Fenced(TransactionRequest):  # type: ignore[misc]  # kazoo is untyped
 
     def _send(self) -> AsyncResult:
         """Send the multi, fences first, once the holds were checked (see
-        :func:`zkrecipes._kazoo.commit_fenced`). A multi the server would refuse for its size raises
+        :func:`zkrecipes._kazoo_ops.commit_fenced`). A multi the server would refuse for its size raises
         ValueError, nothing sent (see :func:`check_size`)."""
-        _kazoo.refuse_committed(self)
+        _kazoo_ops.refuse_committed(self)
         nodes = [fence.hold.node for fence in self._fences]
         check_size(self._where, self.operations, *nodes)
         self.committed = True
-        return _kazoo.commit_fenced(self.client, self.operations, self._fences[0].hold.session, *nodes)
+        return _kazoo_ops.commit_fenced(self.client, self.operations, self._fences[0].hold.session, *nodes)
 
     def _results(self, sent: AsyncResult) -> List[Any]:
         """kazoo's results of the user's operations; LockLost if the fence failed, TransactionFailed if

@@ -22,17 +22,20 @@ from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Liter
 
 import tenacity
 from kazoo.client import KazooClient
-from kazoo.exceptions import NoNodeError, SessionExpiredError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _drive, _engine, _gate, _kazoo, _reaper, formats, naming
+from . import _engine, _follow, _gate, _kazoo, _reaper, formats, naming
 from . import metrics as _metrics
 from . import retry as _retry  # the keyword argument is called retry
 from ._drive import Driver, never
-from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
 from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
+from ._listeners import Listeners
+from ._ownership import OBJECT as OBJECT  # owner="object" (re-exported: the recipes' fronts use it)
+from ._ownership import ObjectOwner as ObjectOwner  # the object-owned policy (re-exported, as OBJECT)
+from ._ownership import orphaned, validate_owner
 from ._signature import DEFAULTS, NamedInit, Options
+from ._steps import Cancelled, DeadlinePassed, Entry, Read, Steps, T
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -50,7 +53,6 @@ WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[[Any, str], None]
 Owner = Hashable  # a thread, an asyncio task, or an object-owned lock's ObjectOwner
-OBJECT = "object"  # owner="object": the hold belongs to the lock object (hand-over)
 
 
 def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
@@ -71,122 +73,6 @@ def _joinable(hold: Optional[Hold]) -> bool:
     return hold is not None and hold.state == HELD
 
 
-def _confirm(hold: Hold) -> Steps[Optional[Exception]]:
-    """Confirm a hold the process stood still on (one read): a node gone or not ours marks it lost.
-    Returns the error if ZooKeeper could not say (the hold stays unconfirmed)."""
-    if not hold.stale():
-        return None
-    asked = yield NOW
-    try:
-        # synced: our session may have expired while we stood still; a follower that has not applied that
-        # yet would still show our node (ZooKeeper reads are not linearizable)
-        ok = owns((yield Read("exists", hold.node, once=True, synced=True)), hold.session)
-    except (NoNodeError, SessionExpiredError):
-        ok = False
-    except Exception as exc:  # ConnectionLoss, timeouts: cannot tell yet
-        log.info("could not confirm %s after a stall: %s", hold.node, exc)
-        return exc
-    hold.confirmed(ok, asked)
-    return None
-
-
-def _verify(hold: Hold) -> bool:
-    """The hold's node still exists and belongs to its session (the session thread asks)."""
-    stat = hold.client.exists_async(hold.node).get(timeout=_kazoo.session_timeout(hold.client))
-    return owns(stat, hold.session)
-
-
-def _always() -> bool:
-    return True
-
-
-def _cleanup(hold: Hold, policy: Optional[tenacity.Retrying], after_told: Callable[[], bool] = _always) -> None:
-    """Delete the node of a hold declared lost while its session lived on, once the session is back
-    (raises ConnectionLoss/timeouts if it cannot look yet: the hold tries again later); or, once the
-    client has a new session, the node if its old session still keeps it, after ``after_told()`` says
-    the listeners ran (:func:`zkrecipes._engine.drop_old`)."""
-    if _kazoo.session_id(hold.client) not in (None, hold.session):
-        if after_told():
-            _drive.drop_old(hold.client, hold.node, hold.session, hold.token, policy)
-        return
-    if _verify(hold):
-        _drive.delete(hold.client, hold.node, hold.session, policy)
-
-
-def validate_owner(owner: object, word: str) -> bool:
-    """``owner=`` checked (before any request): True for ``"object"``, False for the front's own
-    ``word`` (``"thread"`` / ``"task"``) or None (the default, the same)."""
-    if owner is None or owner == word:
-        return False
-    if owner == OBJECT:
-        return True
-    raise ValueError(f"owner must be {word!r} or {OBJECT!r}, got {owner!r}")
-
-
-class ObjectOwner:
-    """The owner of an object-owned lock's holds (``owner="object"``): the gate keys them by it, and the
-    hold and the gate call the lock object through it (:meth:`LockCore._own_by_object`) -- weakly, so a
-    lock object dropped while it holds can be collected; its hold is then released, with a warning
-    (:func:`_orphaned`). Not reentrant: each acquire of the object waits its turn at the object's gate
-    (:func:`zkrecipes._gate.enter`), as threading.Lock's callers do."""
-
-    __slots__ = ("ref", "retry", "gate", "__weakref__")
-
-    def __init__(self, obj: "LockCore") -> None:
-        self.ref = weakref.ref(obj)
-        self.retry = obj.retry
-        self.gate: Optional[Gate] = None  # the gate it last held on
-
-    def release(self, me: "ObjectOwner") -> Steps[None]:
-        """The object's ``_release``: its recipe's; as the object holds no other level, it stops following
-        a hold other owners keep (a shared read)."""
-        obj = self.ref()
-        assert obj is not None  # (its own release refers to it)
-        gate = obj._gate_for(me)
-        left = gate.leave(me, obj._kind, obj._not_held)
-        if not left.last:
-            with gate.mutex:
-                mine = gate.objects.pop(self, None)
-            if mine is not None:
-                left = left._replace(detach=left.detach + [mine])
-        return _gate.finish_leave(gate, left)
-
-    def track(self, me: object, gate: Gate) -> None:
-        self.gate = gate  # (no reaper: an object never ends; a collected one is released by _orphaned)
-
-    def told(self, hold: Hold, state: str) -> None:
-        obj = self.ref()
-        if obj is not None:
-            type(obj)._told(obj, hold, state)
-
-    def detach(self, hold: Hold) -> None:
-        obj = self.ref()
-        if obj is not None:
-            type(obj)._detach(obj, hold)
-
-    def verify(self, hold: Hold) -> bool:
-        return _verify(hold)
-
-    def cleanup(self, hold: Hold) -> None:
-        obj = self.ref()
-        _cleanup(hold, self.retry, _always if obj is None else obj._after_told)
-
-    def __repr__(self) -> str:
-        return f"<ObjectOwner of {self.ref()!r}>"
-
-
-def _orphaned(owner: ObjectOwner, what: str) -> None:
-    """``owner``'s lock object was collected: release what it held (on the reaper thread, with a warning)."""
-    gate = owner.gate
-    if gate is not None:
-        _reaper.hand_over(lambda: _dropped(gate, owner, what))
-
-
-def _dropped(gate: Gate, owner: ObjectOwner, what: str) -> Optional[_reaper.Job]:
-    left = gate.drop(owner)
-    return None if left is None else _reaper.Job(gate, left, what, log)
-
-
 class Participant(NamedInit):
     """Validates the shared constructor arguments (before any ZooKeeper call), keeps states and
     listeners, and makes and checks holds. A front supplies the ``_told`` hook (below)."""
@@ -196,6 +82,7 @@ class Participant(NamedInit):
     _metric = "fair"  # the recipe's label in metrics (zkrecipes.metrics)
     _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _owner_word = "thread"  # who owns a hold, in error messages
+    _by_object: Optional[ObjectOwner] = None  # the ownership policy with owner="object" (else the object itself)
 
     def __init__(
         self,
@@ -227,7 +114,7 @@ class Participant(NamedInit):
         self.lost = self._new_event()  # set when the hold (or leadership) is lost; cleared by a new acquire
         self._state = "idle"
         self._state_lock = threading.Lock()
-        self._listeners: List[Listener] = []
+        self._listeners = Listeners(self._state_lock)
         self._watcher: Optional[SessionWatcher] = None  # the client's, found on the first hold
         self._cancelled = False  # cancel() was called since the current acquire (campaign) began
         self._drivers: Set[Any] = set()  # the drivers running this object's acquires, for cancel()
@@ -279,25 +166,16 @@ class Participant(NamedInit):
         return self._seen if hooks is None else _metrics.seen(hooks, self._metric, self.path, self._seen)
 
     def _call_listeners(self, listeners: List[Listener], state: str) -> None:
-        for fn in listeners:
-            try:
-                fn(self, state)
-            except Exception:
-                log.exception("listener %r of %s failed", fn, self.path)
+        self._listeners.tell(self, state, to=listeners, about=self.path)
 
     def add_listener(self, fn: Listener) -> None:
         """Call ``fn(self, state)`` on every state change (never on kazoo's threads; in :mod:`zkrecipes.aio`
         on the event loop's thread; keep it short)."""
-        if not callable(fn):
-            raise TypeError(f"listener must be callable, got {fn!r}")
-        with self._state_lock:
-            self._listeners.append(fn)
+        self._listeners.add(fn)
 
     def remove_listener(self, fn: Listener) -> None:
         """Stop calling ``fn``; unknown functions are ignored."""
-        with self._state_lock:
-            if fn in self._listeners:
-                self._listeners.remove(fn)
+        self._listeners.discard(fn)
 
     def cancel(self) -> None:
         """Make this object's pending acquires or campaigns return False (a lock's ``with``/``hold()``
@@ -317,18 +195,16 @@ class Participant(NamedInit):
         watcher = self._watcher
         if watcher is None:
             watcher = self._watcher = SessionWatcher.of(self.client)
-        hold = Hold(self.client, entry.path, entry.token, entry.session, self._verify, self._cleanup, watcher, listener)
+        hold = _follow.FollowedHold(self.client, entry.path, entry.token, entry.session, _follow.verify,
+                                    (self._by_object or self)._cleanup, watcher, listener, _follow.confirm_later)
         hold.gate = gate
         hold.recipe = self._metric
         if _kazoo.session_id(self.client) != entry.session:
             hold.settle()  # the connection dropped, or the session ended, while we were granted
         return hold
 
-    def _verify(self, hold: Hold) -> bool:
-        return _verify(hold)
-
     def _cleanup(self, hold: Hold) -> None:
-        _cleanup(hold, self.retry, self._after_told)
+        _follow.cleanup(hold, self.retry, self._after_told)
 
     def _after_told(self) -> bool:
         """Return once the listeners told of a change so far have run (the session thread asks); False if
@@ -338,7 +214,7 @@ class Participant(NamedInit):
     def _certain(self, hold: Hold, what: str) -> Steps[None]:
         """Raise LockLost unless ``hold`` is certain: not lost, not suspended (unless tolerated), and
         confirmed by ZooKeeper if the process stood still since it was last known good."""
-        error = yield from _confirm(hold)
+        error = yield from _follow.confirm(hold)
         why = in_doubt(hold, self.tolerate_suspended)
         if why is not None:
             said = f" ({error!r})" if error else ""  # repr: a timeout's str() is empty
@@ -385,19 +261,13 @@ class LockCore(Participant):
     def _own_by_object(self) -> None:
         """owner="object": the object's :class:`ObjectOwner` owns its holds for every thread and task, on a
         gate of the object's own (its own node, as kazoo's ``Lock``: other objects queue in ZooKeeper, and
-        its own acquires wait their turn at that gate). Its ``_release`` detaches the object; the hold's and
-        the gate's callbacks (``_told``, ``_detach``, ``_verify``, ``_cleanup``) go through the owner,
-        so nothing of this process refers to the object strongly while it holds, and following an ended
-        owner (``_track``) becomes remembering the gate: a collected object's hold is released then."""
-        me = self._by_object = ObjectOwner(self)
+        its own acquires wait their turn at that gate). The lock calls its hooks through that policy
+        (``self._by_object or self``: ``_told``, ``_detach``, ``_cleanup``, ``_track``), so nothing of this
+        process refers to the object strongly while it holds, and following an ended owner becomes
+        remembering the gate: a collected object's hold is released then."""
+        self._by_object = ObjectOwner(self)
         self._owner_word = OBJECT
         self._gate = Gate(self.path)  # (nobody else looks it up: a semaphore's is already per owner)
-        self._release = me.release  # type: ignore[method-assign,assignment]
-        self._told = me.told  # type: ignore[method-assign]
-        self._detach = me.detach  # type: ignore[method-assign]
-        self._verify = me.verify  # type: ignore[method-assign]
-        self._cleanup = me.cleanup  # type: ignore[method-assign]
-        self._track = me.track  # type: ignore[method-assign]
         self._name_orphan(f"{type(self).__name__} {self.path!r} (owner='object')")
 
     def _name_orphan(self, name: str) -> None:
@@ -407,7 +277,7 @@ class LockCore(Participant):
         if old is not None:
             old.detach()
         assert self._by_object is not None  # (owner="object" only)
-        fin = self._orphan = weakref.finalize(self, _orphaned, self._by_object,
+        fin = self._orphan = weakref.finalize(self, orphaned, self._by_object,
                                               f"{name}, garbage-collected while it held")
         fin.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
 
@@ -446,7 +316,7 @@ class LockCore(Participant):
         reentrant = self._by_object is None  # an object's second acquire waits for its release instead
         mine = gate.owned(me) if reentrant and gate.counts else None  # (only ``me`` adds itself to counts)
         if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
-            yield from _confirm(mine)
+            yield from _follow.confirm(mine)
         elif self._kind == naming.READ:
             yield from self._look_for_writers(gate, me)
         try:
@@ -457,7 +327,7 @@ class LockCore(Participant):
             return False
         if entered is Entered.HAVE:
             if mine is None:  # a new owner joined the read hold of other owners
-                self._track(me, gate)
+                (self._by_object or self)._track(me, gate)
             self._attach(gate, gate.hold)
             return True
         if entered is None:
@@ -470,16 +340,17 @@ class LockCore(Participant):
         hold = None
         try:
             entry = yield from self._steps(peek=not blocking)
-            hold = self._make_hold(entry, gate, self._told)  # a held lock's gate outlives its lock objects
+            hooks = self._by_object or self  # the ownership policy: the object's owner, or the lock itself
+            hold = self._make_hold(entry, gate, hooks._told)  # a held lock's gate outlives its lock objects
         except (DeadlinePassed, Cancelled):
             pass
         finally:
-            gate.granted(me, self._kind, hold, self._by_object or self, self._detach)
+            gate.granted(me, self._kind, hold, self._by_object or self, (self._by_object or self)._detach)
             if hold is None:
                 self._set_state(IDLE)
         if hold is None:
             return False
-        self._track(me, gate)
+        hooks._track(me, gate)
         self._attached.add(hold)
         self._report(hold, hold.state)  # (a change before this line was not reported: not yet attached)
         if self._revoke_event is not None or self._listeners:  # someone to tell: follow our node
@@ -500,9 +371,12 @@ class LockCore(Participant):
 
     def _release(self, me: Owner) -> Steps[None]:
         """Release one level of ``me``'s hold at once (LockError if ``me`` holds none); the steps left
-        delete our node after the last (see :func:`_gate.finish_leave`)."""
+        delete our node after the last (see :func:`_gate.finish_leave`); an object-owned lock also stops
+        following a hold other owners keep (:meth:`ObjectOwner.left`)."""
         gate = self._gate_for(me)
-        return _gate.finish_leave(gate, gate.leave(me, self._kind, self._not_held))
+        left = gate.leave(me, self._kind, self._not_held)
+        owner = self._by_object
+        return _gate.finish_leave(gate, left if owner is None else owner.left(gate, left))
 
     def _not_held(self, released: bool = True) -> LockError:
         """The LockError for a release (``released``), check or transaction by a caller that holds nothing
@@ -526,16 +400,17 @@ class LockCore(Participant):
 
     # -- reporting -----------------------------------------------------------------------------------
     def _attach(self, gate: Gate, hold: Hold) -> None:
-        if not gate.attach(self._by_object or self, self._kind, self._detach):
+        hooks = self._by_object or self
+        if not gate.attach(hooks, self._kind, hooks._detach):
             return
         self._attached.add(hold)
-        hold.add_listener(self._told)
+        hold.add_listener(hooks._told)
         self._report(hold, hold.state)
         if self._revoke_event is not None or self._listeners:  # someone to tell: follow our node
             self._follow(hold)
 
     def _detach(self, hold: Hold) -> None:
-        hold.remove_listener(self._told)
+        hold.remove_listener((self._by_object or self)._told)
         self._attached.discard(hold)
         self._set_state(IDLE)
 

@@ -20,7 +20,7 @@ from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
 from . import _engine as e
-from . import _kazoo, retry
+from . import _kazoo, _kazoo_ops, retry
 from .errors import ClientClosed
 from .session import SessionWatcher
 
@@ -151,7 +151,7 @@ class Transport:
             create = sent[0]
             made = _kazoo.outcome(create) if create.ready() else None
             if made is None:
-                create.rawlink(_kazoo.delete_if_created(self.client))  # deleted when its reply comes
+                create.rawlink(_kazoo_ops.delete_if_created(self.client))  # deleted when its reply comes
             elif not isinstance(made, BaseException):
                 path, chroot = made[0], self.client.chroot
                 yield from self._delete(e.Delete(path[len(chroot):] if chroot else path, made[1].ephemeralOwner))
@@ -219,7 +219,7 @@ class Transport:
             return None
         except BaseException:  # abandoned in flight: once its reply comes, drop the watch it set
             if sent:
-                sent[-1].rawlink(_kazoo.forget_watch(self.client, op.path, self._on_watch))
+                sent[-1].rawlink(_kazoo_ops.forget_watch(self.client, op.path, self._on_watch))
                 yield Reply(sent[-1], time.monotonic() + _kazoo.session_timeout(self.client), cleanup=True)
             raise
         self._watched.add(op.path)
@@ -352,7 +352,7 @@ class Transport:
         if self._session is None:
             return  # never watched
         for path in self._watched:
-            _kazoo.remove_data_watch(self.client, path, self._on_watch)
+            _kazoo_ops.remove_data_watch(self.client, path, self._on_watch)
         self._watched.clear()
         self._relist.clear()
 

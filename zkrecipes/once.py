@@ -34,7 +34,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, UnimplementedError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _kazoo, naming
+from . import _kazoo, _kazoo_ops, naming
 from .errors import LockError, TransactionFailed
 from .transaction import HeldTransaction
 
@@ -189,7 +189,7 @@ class Once:
             tx = self.lock.transaction()
             ttl = client not in _no_ttl
             if ttl:
-                _kazoo.add_create_ttl(tx, self.marker, data, self.acl, int(self.keep * 1000))
+                _kazoo_ops.add_create_ttl(tx, self.marker, data, self.acl, int(self.keep * 1000))
             else:
                 tx.create(self.marker, data, self.acl)
             try:

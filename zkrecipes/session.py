@@ -24,12 +24,11 @@ import weakref
 from typing import Any, Callable, List, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
-from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
+from kazoo.exceptions import ConnectionLoss
 from kazoo.handlers.threading import KazooTimeoutError
-from kazoo.protocol.states import EventType, KazooState, WatchedEvent
+from kazoo.protocol.states import KazooState
 
 from ._kazoo import heard, is_stopped, session_id, session_timeout
-from .naming import revoke_marked
 
 log = logging.getLogger("zkrecipes.session")
 
@@ -267,6 +266,16 @@ class SessionWatcher:
                 self._emit(CONNECTED)
 
 
+def _confirm_here(hold: "Hold") -> None:
+    """A hold's confirmation after a stall, by its own ``verify`` on this thread (when given no other)."""
+    asked = time.monotonic()
+    try:
+        ok = hold._verify(hold)
+    except Exception:
+        return  # cannot tell yet; kazoo's connection states follow
+    hold.confirmed(ok, asked)
+
+
 def _forget_threads() -> None:  # in a forked child no dispatcher thread runs
     for w in list(SessionWatcher._registry.values()):
         w._thread = w._wake_by = None
@@ -284,13 +293,15 @@ REVOKE = "revoke-requested"  # told to a hold's listeners, not a state: the hold
 class Hold:
     """One acquired node: ``held``, ``suspended`` or ``lost`` (final). ``verify(hold)`` says whether the node
     is still ours (on reconnection, unless its owner is releasing it: then the delete decides);
+    ``confirm_later(hold)`` asks the same after a stall without blocking this thread, and applies the
+    answer with :meth:`confirmed` (default: ``verify`` here);
     ``cleanup(hold)`` removes one that outlived a hold declared lost (in its session, or in one the
     client gave up), after the listeners were told.
     Listeners are told each change on the dispatcher thread (or the caller of :meth:`mark_lost`)."""
 
     __slots__ = (
         "client", "node", "token", "session", "state", "releasing", "released", "gate", "verified_at", "_verify",
-        "_cleanup", "_listeners", "_lock", "_watcher", "revoke", "_follow", "recipe", "granted_at",
+        "_cleanup", "_confirm_later", "_listeners", "_lock", "_watcher", "revoke", "_follow", "recipe", "granted_at",
         "__weakref__",
     )  # one per acquire: no per-instance dict
 
@@ -304,6 +315,7 @@ class Hold:
         cleanup: Callable[["Hold"], None],
         watcher: Optional[SessionWatcher] = None,
         listener: "Optional[Callable[[Hold, str], None]]" = None,
+        confirm_later: "Optional[Callable[[Hold], None]]" = None,
     ) -> None:
         self.client = client
         self.node = node
@@ -317,6 +329,7 @@ class Hold:
         self.recipe = ""  # the recipe's metrics label (zkrecipes.metrics), set by whoever made the hold
         self._verify = verify
         self._cleanup = cleanup
+        self._confirm_later = confirm_later or _confirm_here  # after a stall (see _on_event)
         self._listeners: "List[Callable[[Hold, str], None]]" = [listener] if listener is not None else []
         self._lock = threading.Lock()
         self._watcher = SessionWatcher.of(client) if watcher is None else watcher  # the client's one watcher
@@ -385,25 +398,6 @@ class Hold:
         elif not self.released:
             self._set(LOST)
 
-    def _confirm_async(self) -> None:
-        """Start a confirming read without waiting; its answer is applied on the dispatcher thread."""
-        asked = time.monotonic()
-
-        def done(ar: Any) -> None:  # kazoo's completion thread: hand over to the dispatcher
-            try:
-                stat = ar.get(block=False)
-            except (NoNodeError, SessionExpiredError):
-                stat = None
-            except Exception:
-                return  # cannot tell yet; kazoo's connection states follow
-            ok = stat is not None and stat.ephemeralOwner == self.session
-            self._watcher.post(lambda: self.confirmed(ok, asked))
-
-        # a sync first, on the same connection: a follower that has not applied our session's expiry yet must
-        # not confirm the node (ZooKeeper reads are not linearizable; its answer comes before the exists')
-        self.client.sync_async(self.node.rsplit("/", 1)[0] or "/")
-        self.client.exists_async(self.node).rawlink(done)
-
     # -- our node's data watch: revoke requests, and a delete by someone else --------------------------
     def follow_node(self) -> None:
         """Follow our node with one data watch (idempotent; a read sent now, not waited for): a revoke mark
@@ -419,46 +413,8 @@ class Hold:
         self._read_node()
 
     def _read_node(self) -> None:
-        """Read our node and set the data watch; the answer goes to the dispatcher thread."""
-        ar = self.client.get_async(self.node, watch=self._on_node)
-        ar.rawlink(lambda ar: self._watcher.post(lambda: self._node_read(ar)))
-
-    def _on_node(self, event: WatchedEvent) -> None:  # kazoo's event thread: hand over
-        self._watcher.post(lambda: self._node_event(event))
-
-    def _mine_still(self) -> bool:  # news of our node matters only while we neither let go nor lost it
-        return not (self.released or self.releasing or self.state == LOST)
-
-    def _node_event(self, event: WatchedEvent) -> None:
-        if not self._mine_still():
-            return
-        if event.type == EventType.DELETED:
-            log.warning("hold %s: its node was deleted by someone else (broken): lost", self.node)
-            self._set(LOST)
-        elif event.type == EventType.CHANGED:
-            self._read_node()  # the watch fired: set it again, and read what was written
-
-    def _node_read(self, ar: Any) -> None:
-        try:
-            data, stat = ar.get(block=False)
-        except NoNodeError:
-            stat = None
-        except Exception:  # connection trouble: set again once reconnected (see _on_event)
-            self._follow = 1
-            return
-        if stat is None or stat.czxid != self.token:  # gone, or a new node at our path (ExclusiveLock's)
-            if self._mine_still():
-                log.warning("hold %s: its node is gone (broken): lost", self.node)
-                self._set(LOST)
-            return
-        self._follow = 2
-        if revoke_marked(data) and self._mine_still() and not self.revoke:
-            self.revoke = True
-            log.info("hold %s: revoke requested", self.node)
-            with self._lock:
-                listeners = list(self._listeners)
-            for fn in listeners:
-                fn(self, REVOKE)
+        """Read our node and set its data watch (a hold that follows its node: ``zkrecipes._follow``)."""
+        raise NotImplementedError
 
     def mark_lost(self) -> None:
         """Declare this hold lost (final). Its node, if it still exists, is removed on reconnection."""
@@ -473,7 +429,7 @@ class Hold:
     def _on_event(self, event: str) -> None:
         if event == STALLED:
             if self.state == HELD and not self.released:
-                self._confirm_async()
+                self._confirm_later(self)
             return
         if event in (SUSPENDED, LOST):
             if not self.released:
@@ -494,7 +450,7 @@ class Hold:
         elif self.state == LOST:
             try:
                 self._cleanup(self)
-            except (ConnectionLoss, KazooTimeoutError):
+            except (ConnectionLoss, KazooTimeoutError, TimeoutError):
                 log.info("could not remove %s yet (connection lost again)", self.node)
                 return  # the next reconnection tries again
             except Exception:
@@ -504,7 +460,7 @@ class Hold:
             asked = time.monotonic()
             try:
                 ok = self._verify(self)
-            except (ConnectionLoss, KazooTimeoutError):
+            except (ConnectionLoss, KazooTimeoutError, TimeoutError):
                 # dropped again before we could look: stay suspended (the suspension timer still bounds it)
                 log.info("could not verify %s yet (connection lost again)", self.node)
                 return

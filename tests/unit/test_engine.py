@@ -7,7 +7,7 @@ from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
 from zkrecipes import _engine as p
-from zkrecipes import formats
+from zkrecipes import exclusive, formats
 from zkrecipes._lock import predecessor
 
 SID = 0x1234
@@ -247,7 +247,7 @@ def test_a_parent_gone_when_listing_after_the_create_means_our_node_went_too():
 
 # -- recipes that share a path (issue 37) ---------------------------------------------------------------
 def race():
-    return p.race("/x", [], "lock", b"{}", "guid", None, formats.get(formats.ZKRECIPES, "exclusive"))
+    return exclusive.race("/x", [], "lock", b"{}", "guid", None, formats.get(formats.ZKRECIPES, "exclusive"))
 
 
 def test_the_exclusive_race_lists_in_the_same_round_trip_and_is_granted_alone():
@@ -391,7 +391,7 @@ def test_a_try_refuses_a_node_of_another_recipe_without_writing(child, recipe):
 def test_an_exclusive_try_refuses_a_node_of_another_recipe_without_writing(other):
     from zkrecipes.errors import LockError
 
-    gen = p.race("/x", [], "lock", b"{}", "guid", None, formats.get(formats.ZKRECIPES, "exclusive"), peek=True)
+    gen = exclusive.race("/x", [], "lock", b"{}", "guid", None, formats.get(formats.ZKRECIPES, "exclusive"), peek=True)
     assert start(gen) == p.Read("get_children", "/x")
     with pytest.raises(LockError, match="Nothing was written"):
         gen.send(["lock", other])

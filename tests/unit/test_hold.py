@@ -6,6 +6,7 @@ from typing import Any, Callable, List
 
 from kazoo.protocol.states import KeeperState
 
+from zkrecipes._follow import FollowedHold
 from zkrecipes.session import CONNECTED, HELD, LOST, SUSPENDED, Hold
 
 SID = 0x1234
@@ -133,7 +134,7 @@ def test_a_followed_hold_reads_its_node_again_with_a_new_watch_on_each_reconnect
     """A server keeps a watch only on the connection that set it, and kazoo does not set watches again
     when it reconnects: the hold must, or a mark or a delete made after the reconnection goes untold."""
     client = Reading()
-    h = Hold(client, "/p/n-0000000001", 1, SID, lambda h: True, lambda h: None, watcher=Watcher())  # type: ignore[arg-type]
+    h = FollowedHold(client, "/p/n-0000000001", 1, SID, lambda h: True, lambda h: None, watcher=Watcher())  # type: ignore[arg-type]
     h.follow_node()
     assert len(client.reads) == 1 and client.reads[0][1] is not None  # read with a watch
     for n in (2, 3):
@@ -142,7 +143,7 @@ def test_a_followed_hold_reads_its_node_again_with_a_new_watch_on_each_reconnect
         assert h.state == HELD
         assert len(client.reads) == n and client.reads[-1] == ("/p/n-0000000001", client.reads[0][1])
     unfollowed = Reading()
-    h = Hold(unfollowed, "/p/n-0000000002", 1, SID, lambda h: True, lambda h: None, watcher=Watcher())  # type: ignore[arg-type]
+    h = FollowedHold(unfollowed, "/p/n-0000000002", 1, SID, lambda h: True, lambda h: None, watcher=Watcher())  # type: ignore[arg-type]
     h._watcher.emit(SUSPENDED)  # type: ignore[attr-defined]
     h._watcher.emit(CONNECTED)  # type: ignore[attr-defined]
     assert unfollowed.reads == []  # a hold nobody listens to costs nothing more
