@@ -4,14 +4,16 @@ The one question "is this node still ours" is :func:`zkrecipes._engine.still_our
 asked for a hold -- by ``check()`` and re-entry (:func:`confirm`, in the caller's run), on reconnection
 (:func:`verify`, the session thread) and after a stall (:func:`confirm_later`, not waited for). A node
 that outlived a lost hold is deleted by :func:`cleanup`. A :class:`FollowedHold` also follows its node
-with a data watch, for revoke requests and for a delete by someone else.
+with a data watch, for revoke requests and for a delete by someone else; a lock object that listens
+(:class:`Revocable`) has its holds follow their nodes.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Optional
+import weakref
+from typing import Any, Callable, List, Optional, Protocol
 
 import tenacity
 from kazoo.exceptions import NoNodeError
@@ -129,3 +131,70 @@ class FollowedHold(Hold):
                 listeners = list(self._listeners)
             for fn in listeners:
                 fn(self, REVOKE)
+
+
+class _Lock(Protocol):  # what Revocable uses of the lock it is mixed into (zkrecipes._lock.LockCore)
+    _revoke_event: Any
+    _revokes_told: Any
+    _attached: Any
+    _state_lock: Any
+    _listeners: Any
+    _new_event: Any
+
+    def _told(self, hold: Hold, state: str) -> None: ...
+    def _report(self, hold: Hold, state: str) -> None: ...
+    def _call_listeners(self, listeners: List[Any], state: str) -> None: ...
+
+
+class Revocable:
+    """Revocation for a lock object (see :mod:`zkrecipes.revoke`): its holds follow their nodes once it
+    listens, and a revoke request is told once per hold, to ``revoke_requested`` and the listeners."""
+
+    _revoke_event: Any = None  # revoke_requested, made when first read
+    _revokes_told: "Optional[weakref.WeakSet[Hold]]" = None  # holds whose revoke request we told
+
+    @property
+    def revoke_requested(self: _Lock) -> Any:
+        """Set when someone asked the holder to let go (:func:`zkrecipes.request_revoke`, Curator's
+        ``Revoker.attemptRevoke``); listeners are called with ``"revoke-requested"`` too. Nothing is taken:
+        the hold stays until released (or broken: :func:`zkrecipes.break_lock`). Cleared by the next acquire
+        that queues a node. A ``threading.Event`` (an ``asyncio.Event`` in :mod:`zkrecipes.aio`).
+
+        Holds follow their node (one read and one data watch per hold, not waited for) only for a lock
+        object that listens: from the first read of this attribute, or once it has a listener. Such a
+        hold also learns at once that its node was deleted by someone else: it is lost."""
+        event = self._revoke_event
+        if event is None:
+            with self._state_lock:
+                if self._revoke_event is None:
+                    self._revoke_event = self._new_event()
+                event = self._revoke_event
+            for hold in list(self._attached):
+                hold.follow_node()
+                if hold.revoke:  # seen for another object of the hold: told where this front tells
+                    self._told(hold, REVOKE)
+        return event
+
+    def _listening(self: _Lock) -> None:
+        for hold in list(self._attached):
+            hold.follow_node()
+
+    def _follow(self: _Lock, hold: Hold) -> None:
+        """Follow ``hold``'s node (this object listens); tell it a revoke request seen before it attached."""
+        hold.follow_node()
+        if hold.revoke:
+            self._report(hold, REVOKE)
+
+    def _report_revoke(self: _Lock, hold: Hold) -> None:
+        """Tell a revoke request on ``hold``: set ``revoke_requested``, call the listeners (once per hold)."""
+        event = self._revoke_event
+        if event is not None:
+            event.set()
+        with self._state_lock:
+            if self._revokes_told is None:
+                self._revokes_told = weakref.WeakSet()
+            if hold in self._revokes_told:
+                return  # once per hold
+            self._revokes_told.add(hold)
+            listeners = list(self._listeners)
+        self._call_listeners(listeners, REVOKE)

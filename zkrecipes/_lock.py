@@ -10,49 +10,44 @@ who owns a hold (a thread here, a task in :mod:`zkrecipes.aio`) and which driver
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import sys
 import threading
 import time
-import warnings
-import weakref
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
 
-import tenacity
 from kazoo.client import KazooClient
-from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
-from . import _engine, _follow, _gate, _kazoo, _reaper, formats, naming
+from . import _engine, _follow, _gate, _kazoo, _reaper, naming
 from . import metrics as _metrics
-from . import retry as _retry  # the keyword argument is called retry
+from ._blocking import Blocking
 from ._drive import Driver, never
 from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
 from ._listeners import Listeners
 from ._ownership import OBJECT as OBJECT  # owner="object" (re-exported: the recipes' fronts use it)
 from ._ownership import ObjectOwner as ObjectOwner  # the object-owned policy (re-exported, as OBJECT)
-from ._ownership import orphaned, validate_owner
-from ._signature import DEFAULTS, NamedInit, Options
+from ._ownership import validate_owner
+from ._reporting import LockState as LockState  # (re-exported: the recipes use it)
+from ._reporting import Owner as Owner  # a thread, an asyncio task, or an ObjectOwner (re-exported)
+from ._reporting import Reports
+from ._settings import Settings
+from ._signature import Options
 from ._steps import Cancelled, DeadlinePassed, Entry, Read, Steps, T
-from .errors import LockCancelled, LockError, LockLost, LockTimeout
+from .errors import LockLost
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
 if TYPE_CHECKING:
     from ._signature import Unpack
-    from .once import Once
 
 log = logging.getLogger("zkrecipes.lock")
 
-LockState = Literal["idle", "waiting", "held", "suspended", "lost"]
 IDLE: LockState = "idle"
 WAITING: LockState = "waiting"
 NOWAIT_OPS_TIMEOUT = 30.0  # bound on the round trips of a non-blocking attempt
 Listener = Callable[[Any, str], None]
-Owner = Hashable  # a thread, an asyncio task, or an object-owned lock's ObjectOwner
 
 
 def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[float]]:
@@ -73,44 +68,18 @@ def _joinable(hold: Optional[Hold]) -> bool:
     return hold is not None and hold.state == HELD
 
 
-class Participant(NamedInit):
-    """Validates the shared constructor arguments (before any ZooKeeper call), keeps states and
-    listeners, and makes and checks holds. A front supplies the ``_told`` hook (below)."""
+class Participant(Settings):
+    """Validates the shared constructor arguments (before any ZooKeeper call: :class:`Settings`), keeps
+    states and listeners, and makes and checks holds. A front supplies the ``_told`` hook (below)."""
 
-    _recipe = "lock"  # what its node format is for (:data:`zkrecipes.formats.RECIPES`)
     _title = "FairLock"  # the recipe, as its users call it, in messages
     _metric = "fair"  # the recipe's label in metrics (zkrecipes.metrics)
     _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _owner_word = "thread"  # who owns a hold, in error messages
     _by_object: Optional[ObjectOwner] = None  # the ownership policy with owner="object" (else the object itself)
 
-    def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        identifier: Optional[str] = None,
-        **options: Unpack[Options],
-    ) -> None:
-        o = {**DEFAULTS, **options}
-        host, acl, retry = o["host"], o["acl"], o["retry"]
-        tolerate_suspended, protocol = o["tolerate_suspended"], o["protocol"]
-        if not isinstance(client, KazooClient):
-            raise TypeError(f"client must be a kazoo KazooClient, got {client!r}")
-        self.path = naming.validate_path(path)
-        self.identifier = None if identifier is None else naming.validate_label("identifier", identifier)
-        self.host = naming.default_host() if host is None else naming.validate_label("host", host)
-        if acl is not None and (not isinstance(acl, (list, tuple)) or not all(isinstance(a, ACL) for a in acl)):
-            raise TypeError(f"acl must be a list of kazoo.security.ACL, got {acl!r}")
-        if not isinstance(tolerate_suspended, bool):
-            raise TypeError(f"tolerate_suspended must be a bool, got {tolerate_suspended!r}")
-        self._format = formats.get(protocol, self._recipe)  # the node format: names, data, who we queue with
-        self.protocol = self._format.name
-        self.client = client
-        _kazoo.attend(client)  # nudged replies, a cheaper select on its I/O thread
-        self.acl: Optional[List[ACL]] = list(acl) if acl else None
-        self._acl: List[ACL] = list(acl) if acl else list(OPEN_ACL_UNSAFE)  # applied to every node we make
-        self.retry: Optional[tenacity.Retrying] = _retry.validate_policy(retry)
-        self.tolerate_suspended = tolerate_suspended
+    def _begin(self) -> None:
+        _kazoo.attend(self.client)  # nudged replies, a cheaper select on its I/O thread
         self.lost = self._new_event()  # set when the hold (or leadership) is lost; cleared by a new acquire
         self._state = "idle"
         self._state_lock = threading.Lock()
@@ -172,6 +141,10 @@ class Participant(NamedInit):
         """Call ``fn(self, state)`` on every state change (never on kazoo's threads; in :mod:`zkrecipes.aio`
         on the event loop's thread; keep it short)."""
         self._listeners.add(fn)
+        self._listening()
+
+    def _listening(self) -> None:
+        """Someone listens now (a lock object follows its holds' nodes then: :mod:`zkrecipes._follow`)."""
 
     def remove_listener(self, fn: Listener) -> None:
         """Stop calling ``fn``; unknown functions are ignored."""
@@ -228,7 +201,7 @@ class Participant(NamedInit):
         return _engine.contenders(self.path)
 
 
-class LockCore(Participant):
+class LockCore(_follow.Revocable, Reports, Participant):
     """Every lock's life as engine steps, for both fronts: :meth:`_acquire`, :meth:`_release`,
     :meth:`_check`; the public properties read the calling owner's hold from the local gate."""
 
@@ -236,8 +209,6 @@ class LockCore(Participant):
     _gate_key = "queue"  # lock objects with the same (client, path, key) share a gate
     _gate_prefix = ""  # the asyncio front's tasks get gates of their own, apart from threads
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
-    _revoke_event: Any = None  # revoke_requested, made when first read
-    _revokes_told: "Optional[weakref.WeakSet[Hold]]" = None  # holds whose revoke request we told
     _by_object: Optional[ObjectOwner] = None  # set with owner="object": the owner of this object's holds
 
     def __init__(
@@ -273,13 +244,8 @@ class LockCore(Participant):
     def _name_orphan(self, name: str) -> None:
         """Release what this object-owned lock holds when it is garbage-collected, with a warning naming it
         ``name`` (the object the caller used); a second call renames it."""
-        old: "Optional[weakref.finalize[Any, Any]]" = getattr(self, "_orphan", None)
-        if old is not None:
-            old.detach()
         assert self._by_object is not None  # (owner="object" only)
-        fin = self._orphan = weakref.finalize(self, orphaned, self._by_object,
-                                              f"{name}, garbage-collected while it held")
-        fin.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
+        self._by_object.name(self, name)
 
     # -- what a front supplies ---------------------------------------------------------------------
     def _current_owner(self) -> Optional[Owner]:
@@ -378,16 +344,6 @@ class LockCore(Participant):
         owner = self._by_object
         return _gate.finish_leave(gate, left if owner is None else owner.left(gate, left))
 
-    def _not_held(self, released: bool = True) -> LockError:
-        """The LockError for a release (``released``), check or transaction by a caller that holds nothing
-        here, naming the object the caller used (for every recipe and both fronts)."""
-        if self._by_object is not None:
-            return LockError(f"{self.path}: this {self._title} (owner='object') holds nothing: released "
-                             "already, or not acquired")
-        if released:
-            return LockError(f"{self.path}: {self._title} released by a caller that does not hold it")
-        return LockError(f"{self.path}: {self._title} not held by the calling {self._owner_word}")
-
     def _check(self, me: Optional[Owner]) -> Steps[None]:
         hold = self._my_hold(me)
         if hold is None:
@@ -418,98 +374,11 @@ class LockCore(Participant):
         if hold not in self._attached:
             return  # detached meanwhile: old news (a loss found while releasing is still told)
         if state == REVOKE:
-            event = self._revoke_event
-            if event is not None:
-                event.set()
-            with self._state_lock:
-                if self._revokes_told is None:
-                    self._revokes_told = weakref.WeakSet()
-                if hold in self._revokes_told:
-                    return  # once per hold
-                self._revokes_told.add(hold)
-                listeners = list(self._listeners)
-            self._call_listeners(listeners, REVOKE)
+            self._report_revoke(hold)
             return
         if state == LOST:
             self.lost.set()
         self._set_state(state)
-
-    # -- revocation (see zkrecipes.revoke) ---------------------------------------------------------------
-    @property
-    def revoke_requested(self) -> Any:
-        """Set when someone asked the holder to let go (:func:`zkrecipes.request_revoke`, Curator's
-        ``Revoker.attemptRevoke``); listeners are called with ``"revoke-requested"`` too. Nothing is taken:
-        the hold stays until released (or broken: :func:`zkrecipes.break_lock`). Cleared by the next acquire
-        that queues a node. A ``threading.Event`` (an ``asyncio.Event`` in :mod:`zkrecipes.aio`).
-
-        Holds follow their node (one read and one data watch per hold, not waited for) only for a lock
-        object that listens: from the first read of this attribute, or once it has a listener. Such a
-        hold also learns at once that its node was deleted by someone else: it is lost."""
-        event = self._revoke_event
-        if event is None:
-            with self._state_lock:
-                if self._revoke_event is None:
-                    self._revoke_event = self._new_event()
-                event = self._revoke_event
-            for hold in list(self._attached):
-                hold.follow_node()
-                if hold.revoke:  # seen for another object of the hold: told where this front tells
-                    self._told(hold, REVOKE)
-        return event
-
-    def add_listener(self, fn: Listener) -> None:
-        super().add_listener(fn)
-        for hold in list(self._attached):
-            hold.follow_node()
-
-    add_listener.__doc__ = Participant.add_listener.__doc__
-
-    def _follow(self, hold: Hold) -> None:
-        """Follow ``hold``'s node (this object listens); tell it a revoke request seen before it attached."""
-        hold.follow_node()
-        if hold.revoke:
-            self._report(hold, REVOKE)
-
-    # -- what every lock reports -------------------------------------------------------------------
-    def _my_hold(self, me: Optional[Owner]) -> Optional[Hold]:
-        if me is None:
-            return None
-        hold: Optional[Hold] = self._gate_for(me).held_by(me, self._kind)
-        return hold
-
-    def _fence_hold(self) -> Hold:
-        hold = self._my_hold(self._current_owner())
-        if hold is None:
-            raise self._not_held(released=False)
-        return hold
-
-    @property
-    def state(self) -> LockState:
-        """``"idle"``, ``"waiting"``, ``"held"``, ``"suspended"`` or ``"lost"``."""
-        return self._state  # type: ignore[return-value]
-
-    @property
-    def is_held(self) -> bool:
-        """True only for the owner (thread; task in :mod:`zkrecipes.aio`) that holds the lock while the hold
-        is certain: not suspended or lost, and confirmed by ZooKeeper since the process last stood still
-        (GC pause, SIGSTOP)."""
-        hold = self._my_hold(self._current_owner())
-        return hold is not None and hold.state == HELD and not hold.stale()
-
-    @property
-    def token(self) -> Optional[int]:
-        """The fencing token (the czxid of our node, growing across the whole ensemble) while held, else None."""
-        gate = self._gate_for(self._current_owner())
-        hold = gate.hold
-        mine = hold is not None and hold.state != LOST and (self._by_object or self) in gate.objects
-        return hold.token if mine else None
-
-    @property
-    def node(self) -> Optional[str]:
-        """Full path of our node while held, else None."""
-        gate = self._gate_for(self._current_owner())
-        hold = gate.hold
-        return hold.node if hold is not None and (self._by_object or self) in gate.objects else None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"
@@ -567,10 +436,7 @@ def _in_event_loop() -> bool:
     return True
 
 
-_NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)  # (``with lock.hold()``)
-
-
-class Lock(Threaded, LockCore):
+class Lock(Blocking, Threaded, LockCore):
     """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
     _warned_loop = False  # a blocking acquire on an event loop's thread was warned of (once per object)
@@ -615,66 +481,12 @@ class Lock(Threaded, LockCore):
         self._reap(me)
         Driver(self.client, None, never, self.retry).run(self._release(me))  # (not cancellable: no cancel() hook)
 
-    def check(self) -> None:
-        """Return if the calling thread's hold is certain; raise LockLost if it is lost or (unless
-        built with ``tolerate_suspended=True``) suspended, LockError if this thread does not hold it.
-
-        Cheap (no request) unless the process stood still since the hold was last confirmed: then it
-        first asks ZooKeeper whether our node is still ours, and raises LockLost if it is not or if
-        ZooKeeper cannot be reached to say so."""
-        me = self._by_object or threading.current_thread()
-        self._reap(me)
-        self._run(self._check(me))
-
-    def _warn_loop(self) -> None:
-        self._warned_loop = True
-        import inspect  # (once per lock object at most)
-
-        frame, level = inspect.currentframe(), 1  # point the warning at the first caller outside zkrecipes
-        while frame is not None and frame.f_back is not None and frame.f_code.co_filename.startswith(_NOT_CALLERS):
-            frame, level = frame.f_back, level + 1
-        warnings.warn(f"{self!r}: a blocking acquire() on the thread of a running asyncio event loop stops "
-                      f"the loop until the lock is granted; in coroutines use zkrecipes.aio."
-                      f"{type(self).__name__} (await lock.acquire())", RuntimeWarning, stacklevel=level)
-
     def _reap(self, me: Owner) -> None:
         """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
         counts = self._gate.counts
         if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
             _reaper.reap(self._gate)
 
-    def __enter__(self) -> "Lock":
-        self._acquire_or_raise(None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    @contextlib.contextmanager
-    def hold(self, timeout: Optional[float] = None) -> Iterator["Lock"]:
-        """``with lock.hold(timeout=5):`` -- like ``with lock`` but raises LockTimeout after ``timeout``."""
-        self._acquire_or_raise(naming.validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            self.release()
-
-    def once(self, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "Once":
-        """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout
-        after ``timeout``), then ``run`` is true if ``key`` was not done within ``keep`` seconds (default a
-        day) by anyone holding this lock path; ``run.done()`` marks it done, fenced by the hold. A job that
-        raises, or a hold lost before ``done()``, leaves the key open. See :doc:`/once` and
-        :class:`~zkrecipes.once.Once`. A bad key or keep, or a read lock or semaphore, raises before any
-        request."""
-        from .once import Once
-
-        return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (naming.READ, naming.LEASE))
-
-    def _acquire_or_raise(self, timeout: Optional[float]) -> None:
-        if not self.acquire(timeout=timeout):
-            if self._cancelled:
-                raise LockCancelled(f"acquire of {self.path} was cancelled")
-            raise LockTimeout(f"could not acquire {self.path} within {timeout} s")
 
 
 def on_ahead(lock: Participant, fn: Optional[Callable[[int], None]]) -> None:

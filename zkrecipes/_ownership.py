@@ -42,12 +42,21 @@ class ObjectOwner:
     reentrant: each acquire of the object waits its turn at the object's gate
     (:func:`zkrecipes._gate.enter`), as threading.Lock's callers do."""
 
-    __slots__ = ("ref", "retry", "gate", "__weakref__")
+    __slots__ = ("ref", "retry", "gate", "orphan", "__weakref__")
 
     def __init__(self, obj: Any) -> None:  # a LockCore (not imported: it imports this module)
         self.ref = weakref.ref(obj)
         self.retry: Optional[tenacity.Retrying] = obj.retry
         self.gate: Optional[Gate] = None  # the gate it last held on
+        self.orphan: "Optional[weakref.finalize[Any, Any]]" = None  # releases its hold if obj is collected
+
+    def name(self, obj: Any, name: str) -> None:
+        """Release what ``obj`` holds when it is garbage-collected, with a warning naming it ``name``; a
+        second call renames it."""
+        if self.orphan is not None:
+            self.orphan.detach()
+        self.orphan = weakref.finalize(obj, orphaned, self, f"{name}, garbage-collected while it held")
+        self.orphan.atexit = False  # at interpreter exit its node goes with the session (docs/ownership.rst)
 
     def left(self, gate: Gate, left: LeaveResult) -> LeaveResult:
         """What the object's release leaves: as the object holds no other level, it also stops following a
