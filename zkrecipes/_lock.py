@@ -31,7 +31,7 @@ from ._ownership import validate_owner
 from ._reporting import LockState as LockState  # (re-exported: the recipes use it)
 from ._reporting import Owner as Owner  # a thread, an asyncio task, or an ObjectOwner (re-exported)
 from ._reporting import Reports
-from ._settings import Settings
+from ._settings import LockArgs, Settings
 from ._signature import Options
 from ._steps import Cancelled, DeadlinePassed, Entry, Read, Steps, T
 from .errors import LockLost
@@ -40,7 +40,7 @@ from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
 if TYPE_CHECKING:
-    from ._signature import Unpack
+    pass
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -201,7 +201,7 @@ class Participant(Settings):
         return _engine.contenders(self.path)
 
 
-class LockCore(_follow.Revocable, Reports, Participant):
+class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
     """Every lock's life as engine steps, for both fronts: :meth:`_acquire`, :meth:`_release`,
     :meth:`_check`; the public properties read the calling owner's hold from the local gate."""
 
@@ -211,17 +211,11 @@ class LockCore(_follow.Revocable, Reports, Participant):
     _rule: "Callable[..., _engine.Blockers]" = staticmethod(predecessor)  # a recipe's may be a method
     _by_object: Optional[ObjectOwner] = None  # set with owner="object": the owner of this object's holds
 
-    def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        identifier: Optional[str] = None,
-        *,
-        owner: Optional[str] = None,
-        **options: Unpack[Options],
+    def _build(
+        self, client: KazooClient, path: str, identifier: Optional[str], owner: Optional[str], options: Options
     ) -> None:
         by_object = validate_owner(owner, self._owner_word)
-        super().__init__(client, path, identifier, **options)
+        Settings.__init__(self, client, path, identifier, **options)
         if by_object:
             self._own_by_object()
 

@@ -53,3 +53,25 @@ class Settings(NamedInit):
 
     def _begin(self) -> None:
         """What the class adds to a new object, once its arguments are valid (before any ZooKeeper call)."""
+
+
+class LockArgs:
+    """The constructor every lock takes, written once: :class:`Settings`' arguments and ``owner``
+    (``"object"``: the lock object owns its holds). A class mixing it in builds itself in :meth:`_build`
+    (a lock: :class:`~zkrecipes._lock.LockCore`; a read/write pair: both its sides)."""
+
+    def __init__(
+        self,
+        client: KazooClient,
+        path: str,
+        identifier: Optional[str] = None,
+        *,
+        owner: Optional[str] = None,
+        **options: Unpack[Options],
+    ) -> None:
+        self._build(client, path, identifier, owner, options)
+
+    def _build(
+        self, client: KazooClient, path: str, identifier: Optional[str], owner: Optional[str], options: Options
+    ) -> None:
+        raise NotImplementedError

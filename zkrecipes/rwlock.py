@@ -9,12 +9,13 @@ from kazoo.client import KazooClient
 from . import naming
 from ._engine import nearest_writer as nearest_writer  # the wait-rule of readers (re-exported)
 from ._lock import LockCore
+from ._settings import LockArgs
 from ._signature import NamedInit
 from .fair import FairLock
 from .naming import Contender
 
 if TYPE_CHECKING:
-    from ._signature import Options, Unpack
+    from ._signature import Options
 
 R = TypeVar("R", bound=LockCore)
 W = TypeVar("W", bound=LockCore)
@@ -54,20 +55,14 @@ class WriteLock(WriteRecipe, FairLock):
     """The write side of a :class:`ReadWriteLock` (``<host>-W-<seq>``): a FairLock on the same queue."""
 
 
-class Pair(NamedInit, Generic[R, W]):
+class Pair(LockArgs, NamedInit, Generic[R, W]):
     """A read side and a write side on one path, built with the same arguments (both fronts)."""
 
     _sides: "tuple[Type[Any], Type[Any]]"  # the read side's class, the write side's
     _name = "ReadWriteLock"  # in repr
 
-    def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        identifier: Optional[str] = None,
-        *,
-        owner: Optional[str] = None,
-        **options: Unpack[Options],
+    def _build(
+        self, client: KazooClient, path: str, identifier: Optional[str], owner: Optional[str], options: Options
     ) -> None:
         def side(cls: Type[Any]) -> Any:
             return cls(client, path, identifier, owner=owner, **options)
