@@ -2,7 +2,7 @@
 
 The one question "is this node still ours" is :func:`zkrecipes._engine.still_ours`, a step; here it is
 asked for a hold -- by ``check()`` and re-entry (:func:`confirm`, in the caller's run), on reconnection
-(:func:`verify`, the session thread) and after a stall (:func:`confirm_later`, not waited for). A node
+(:func:`verify`, the session thread) and after a stall (:func:`confirm_later`, on a thread of its own). A node
 that outlived a lost hold is deleted by :func:`cleanup`. A :class:`FollowedHold` also follows its node
 with a data watch, for revoke requests and for a delete by someone else; a lock object that listens
 (:class:`Revocable`) has its holds follow their nodes.
@@ -10,16 +10,20 @@ with a data watch, for revoke requests and for a delete by someone else; a lock 
 
 from __future__ import annotations
 
+import collections
+import functools
 import logging
+import os
+import threading
 import time
 import weakref
-from typing import Any, Callable, List, Optional, Protocol
+from typing import Any, Callable, List, Optional, Protocol, Tuple
 
 import tenacity
 from kazoo.exceptions import NoNodeError
 from kazoo.protocol.states import EventType, WatchedEvent
 
-from . import _drive, _kazoo, _reaper
+from . import _drive, _kazoo
 from ._drive import Driver, never
 from ._engine import NOW, still_ours
 from ._steps import Steps
@@ -52,19 +56,45 @@ def verify(hold: Hold, synced: bool = False) -> bool:
     return Driver(hold.client, None, never, None).run(still_ours(hold.node, hold.session, synced=synced, once=True))
 
 
-def confirm_later(hold: Hold) -> None:
-    """After a stall: confirm ``hold`` (a synced read) on the reaper thread, so the session thread goes on
-    keeping the doubt clock; the answer is applied on the session thread."""
-    asked = time.monotonic()
+_pending: "collections.deque[Tuple[Hold, float]]" = collections.deque()  # holds to confirm after a stall
+_confirming = threading.Lock()  # guards _pending and _worker
+_worker: Optional[threading.Thread] = None
 
-    def job() -> None:
+
+def confirm_later(hold: Hold) -> None:
+    """After a stall: confirm ``hold`` (a synced read) on a thread of our own, so the session thread goes
+    on keeping the doubt clock; the answer is applied on the session thread. The thread ends once idle."""
+    global _worker
+    with _confirming:
+        _pending.append((hold, time.monotonic()))
+        if _worker is None:
+            _worker = threading.Thread(target=_confirm_pending, name="zkrecipes-confirm", daemon=True)
+            _worker.start()
+
+
+def _confirm_pending() -> None:
+    global _worker
+    while True:
+        with _confirming:
+            if not _pending:
+                _worker = None
+                return
+            hold, asked = _pending.popleft()
         try:
             ok = verify(hold, synced=True)
         except Exception:
-            return  # cannot tell yet; kazoo's connection states follow
-        SessionWatcher.of(hold.client).post(lambda: hold.confirmed(ok, asked))
+            continue  # cannot tell yet; kazoo's connection states follow
+        SessionWatcher.of(hold.client).post(functools.partial(hold.confirmed, ok, asked))
 
-    _reaper.hand_over(job)
+
+def _forget_worker() -> None:  # a forked child: no confirming thread runs there
+    global _worker, _confirming
+    _worker, _confirming = None, threading.Lock()
+    _pending.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_worker)
 
 
 def _always() -> bool:
