@@ -435,3 +435,30 @@ def test_holding_applies_each_kinds_wait_rule_to_the_nodes_ahead():
     assert kinds([lease(1), lease(2), lease(3)]) == [True, True, False]  # max_leases 2
     assert kinds(["x__rlock__0000000001", "y__rlock__0000000002", "z__lock__0000000003"]) == [True, True, False]
     assert p.holding([]) == []
+
+
+def _confirmed(gen, reply, sid=SID):
+    """Run ``still_ours`` steps: answer its read with ``reply`` (or throw it), then the session: its answer."""
+    op = start(gen)
+    try:
+        if isinstance(reply, BaseException):
+            op = gen.throw(reply)
+        else:
+            op = gen.send(reply)
+        assert op is p.SESSION
+        gen.send(sid)
+    except StopIteration as done:
+        return done.value
+    raise AssertionError("still_ours asked for more")
+
+
+def test_still_ours_is_one_read_of_our_node_in_our_session():
+    gen = p.still_ours("/p/n-1", SID, synced=True, once=True)
+    assert start(gen) == p.Read("exists", "/p/n-1", once=True, synced=True)
+    assert _confirmed(p.still_ours("/p/n-1", SID), stat()) is True
+    assert _confirmed(p.still_ours("/p/n-1", SID), stat(owner=SID + 1)) is False  # someone else's node now
+    assert _confirmed(p.still_ours("/p/n-1", SID), None) is False  # gone
+    assert _confirmed(p.still_ours("/p/n-1", SID), stat(), sid=SID + 1) is False  # the client moved on
+    assert _confirmed(p.still_ours("/p/n-1", SID), NoNodeError()) is False  # (a synced read's parent gone)
+    with pytest.raises(ConnectionLoss):  # ZooKeeper could not say: the caller decides
+        _confirmed(p.still_ours("/p/n-1", SID, once=True), ConnectionLoss())
