@@ -27,7 +27,12 @@ from zkrecipes import (
     naming,
     request_revoke,
 )
-from zkrecipes.revoke import holders
+from zkrecipes._engine import ranked
+
+
+def holders(children: list) -> list:
+    """The children that hold, in queue order, as the one listing ranks them (what revoke and break mark)."""
+    return [node.name for _, node, holds in ranked(children) if holds]
 
 DEADLINE = 15.0
 _SCRIPT = Path(sys.executable).with_name("zkrecipes")

@@ -97,6 +97,18 @@ class Watch(NamedTuple):
     listing: Optional[str] = None
 
 
+class Watched(NamedTuple):
+    """A read that leaves the caller's watch: kazoo's ``<kind>_async(path, watch=watch)`` for ``kind`` in
+    ``get_children`` (a child watch) and ``exists`` (a data watch, set on a missing node too: it fires once
+    the node is made); kazoo calls ``watch`` once, on its I/O thread, at the next change. ``synced`` and the
+    retries as for :class:`Read`. Answer: kazoo's."""
+
+    kind: str
+    path: str
+    watch: Callable[[Any], None]
+    synced: bool = False
+
+
 class Delete(NamedTuple):
     """Delete our node ``path`` unless the client's session is no longer ``session``; never bounded by the
     acquire's deadline (it cleans up). Without a connection it waits for one until ``gone()`` says the

@@ -186,6 +186,14 @@ class Transport:
         yield Reply(ar, until)
         return ar.get(block=False)
 
+    def _read_watching(self, op: e.Watched) -> Handler:
+        def start() -> Any:  # the sync answered first, in order (see _read)
+            if op.synced:
+                self.client.sync_async(op.path.rsplit("/", 1)[0] or "/")
+            return getattr(self.client, op.kind + "_async")(op.path, watch=op.watch)
+
+        return (yield from self._call(start))
+
     def _read_all(self, op: e.ReadAll) -> Handler:
         pending = [self.client.get_async(path) for path in op.paths]  # pipelined
         for ar in pending:
@@ -367,6 +375,7 @@ class Transport:
 _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.CreateAndList: "_create_and_list",
     e.Read: "_read",
+    e.Watched: "_read_watching",
     e.ReadAll: "_read_all",
     e.CreateParent: "_create_parent",
     e.Watch: "_watch",

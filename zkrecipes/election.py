@@ -16,13 +16,13 @@ import threading
 import time
 from typing import Any, Callable, Dict, Generator, List, Literal, Optional, Tuple, TypeVar
 
-from kazoo.exceptions import NoNodeError, SessionExpiredError
+from kazoo.exceptions import SessionExpiredError
 
 from . import _engine, naming, retry
-from ._drive import Driver, never
-from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
+from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Listed, Steps
 from ._gate import release_hold
 from ._lock import Listener, Participant, Threaded, predecessor
+from ._queue_watch import watch_queue
 from .errors import LockCancelled, LockError, LockLost
 from .naming import Contender
 from .session import HELD, LOST, Hold
@@ -376,41 +376,24 @@ class LeaderWatch:
         self._thread = threading.Thread(target=self._run, name="zkrecipes-leader-watch", daemon=True)
         self._thread.start()
 
-    def _on_watch(self, event: Any) -> None:
-        self._changed.set()
-
-    def _leader(self) -> Optional[Contender]:
-        """The head of the queue, read by the core's steps on this thread (for either front)."""
-        found = Driver(self._client, None, never, self._retry, path=self._path).run(_engine.contenders(self._path))
-        return found[0] if found else None
-
     def _run(self) -> None:
-        client, path = self._client, self._path
-        last: Any = object()
-        while not self._stop.is_set():
-            self._changed.clear()
-            try:
-                try:
-                    children = client.get_children(path, watch=self._on_watch)
-                except NoNodeError:
-                    if client.exists(path, watch=self._on_watch) is not None:
-                        continue
-                    children = []
-                leader = self._leader() if children else None
-            except retry.TRANSIENT + (SessionExpiredError, LockError):  # reconnecting: set the watch again
-                self._stop.wait(0.2)
-                continue
-            except Exception:
-                log.exception("leader watch on %s failed; retrying", path)
-                self._stop.wait(0.5)
-                continue
-            key = leader.node if leader else None
-            if key != last and not self._stop.is_set():
-                last = key
-                self._deliver(leader)
-            while not self._changed.wait(0.5):
-                if self._stop.is_set():
-                    return
+        """The shared child-watch loop (:func:`zkrecipes._queue_watch.watch_queue`) on this thread, until stopped."""
+        self._last: Any = object()  # the leader's node last delivered
+        watch_queue(self._client, self._path, self._retry, self._seen, self._stop, self._changed, 0.5,
+               retry_after=self._retry_after)
+
+    def _seen(self, listed: List[Listed], fresh: bool) -> None:
+        leader = listed[0].contender if listed else None  # the head of the queue
+        key = leader.node if leader else None
+        if fresh and key != self._last and not self._stop.is_set():
+            self._last = key
+            self._deliver(leader)
+
+    def _retry_after(self, error: Exception) -> float:
+        if isinstance(error, retry.TRANSIENT + (SessionExpiredError, LockError)):  # reconnecting: watch again
+            return 0.2
+        log.error("leader watch on %s failed; retrying", self._path, exc_info=error)
+        return 0.5
 
     def _deliver(self, leader: Optional[Contender]) -> None:
         """Call the callback (here, on the watch's thread; the asyncio front hands it to its loop)."""

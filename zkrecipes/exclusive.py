@@ -111,7 +111,7 @@ class ExclusiveRecipe(LockCore):
         except NoNodeError:
             return []
         node = naming.QueueNode(NODE, naming.read_data(data).get("host") or "", naming.WRITE, stat.czxid)
-        return [naming.contender(node, data, holding=True)]
+        return [naming.contender(node, data, holding=True, token=stat.czxid)]
 
 
 class ExclusiveLock(ExclusiveRecipe, Lock):

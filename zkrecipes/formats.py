@@ -146,16 +146,18 @@ def sort_any(children: Sequence[str]) -> List[Tuple[Optional[Found], QueueNode]]
     return out
 
 
-def contender(found: Optional[Found], node: QueueNode, data: Optional[bytes], holding: bool = False) -> Contender:
+def contender(
+    found: Optional[Found], node: QueueNode, data: Optional[bytes], holding: bool = False, token: Optional[int] = None
+) -> Contender:
     """A :class:`~zkrecipes.Contender` of any format: zkrecipes' JSON, or the identifier kazoo and Curator
     store as data (Curator's default is the host's address)."""
     if found is None or found.format == ZKRECIPES:
-        return naming.contender(node, data, holding)
+        return naming.contender(node, data, holding, token)
     try:
         text: Optional[str] = (data or b"").decode("utf-8") or None
     except UnicodeDecodeError:
         text = None
-    return Contender(node.name, node.host, node.kind, node.sequence, text, None, holding)
+    return Contender(node.name, node.host, node.kind, node.sequence, text, None, holding, token)
 
 
 def label(found: Optional[Found]) -> str:

@@ -37,7 +37,9 @@ class QueueNode(NamedTuple):
 
 class Contender(NamedTuple):
     """A participant as stored in ZooKeeper, in queue order; ``identifier``/``pid`` None if unreadable.
-    ``holding``: the node holds (by its recipe's wait-rule over the listing read), else it waits."""
+    ``holding``: the node holds (by its recipe's wait-rule over the listing read), else it waits.
+    ``token``: the node's czxid, its holder's fencing token (what ``zkrecipes break --token`` and
+    :func:`~zkrecipes.break_lock` take); None only where a Contender is built without a read of its node."""
 
     node: str
     host: str
@@ -46,6 +48,7 @@ class Contender(NamedTuple):
     identifier: Optional[str]
     pid: Optional[int]
     holding: bool = False
+    token: Optional[int] = None
 
 
 MAX_PATH_BYTES = 16384  # a lock path: every request of a lock names it (ZooKeeper's packet limit is 1 MB)
@@ -252,8 +255,8 @@ def read_data(data: Optional[bytes]) -> Dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def contender(node: QueueNode, data: Optional[bytes], holding: bool = False) -> Contender:
-    """Build a :class:`Contender` from a parsed node, its data and whether it holds."""
+def contender(node: QueueNode, data: Optional[bytes], holding: bool = False, token: Optional[int] = None) -> Contender:
+    """Build a :class:`Contender` from a parsed node, its data, whether it holds and its czxid."""
     d = read_data(data)
     pid = d.get("pid")
     ident = d.get("id")
@@ -265,6 +268,7 @@ def contender(node: QueueNode, data: Optional[bytes], holding: bool = False) -> 
         ident if isinstance(ident, str) else None,
         pid if isinstance(pid, int) else None,
         holding,
+        token,
     )
 
 

@@ -14,28 +14,18 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Callable, Dict, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
 
 from . import formats, naming
 from ._drive import Driver, never
-from ._engine import SLEEP, DeadlinePassed, Read, ReadAll, Steps, Watch, Write, holding
+from ._engine import SLEEP, DeadlinePassed, Listed, Read, Steps, Watch, Write, listing
 from ._multilock import Run
 from .errors import LockError
 
 _TRIES = 3  # a write whose node changed meanwhile is tried again after one read (only marks change data)
-
-
-def holders(children: Sequence[str]) -> List[str]:
-    """The children of a lock path that hold now, in queue order: ExclusiveLock's ``lock`` node, and each
-    queue node that its recipe's wait-rule finds unblocked (:func:`zkrecipes._engine.holding`: a reader
-    with no writer ahead, a lease with fewer than ``max_leases`` ahead, anything else at the head), in any
-    node format."""
-    nodes = [node for _, node in formats.sort_any(children)]
-    queue = [node.name for node, holds in zip(nodes, holding(nodes)) if holds]
-    return ([formats.EXCLUSIVE_NODE] if formats.EXCLUSIVE_NODE in children else []) + queue
 
 
 def validate_token(token: object) -> int:
@@ -76,28 +66,20 @@ def checked(client: object, path: object) -> Tuple[KazooClient, str]:
     return client, naming.validate_path(path)
 
 
-def _holders_read(path: str) -> Steps[List[Tuple[str, Any]]]:
-    """``(name, (data, stat) or NoNodeError)`` of each current holder of ``path`` (reads pipelined);
-    NoNodeError if ``path`` does not exist. Synced first: our server has then seen every grant made
-    before this call (a server lagging behind would show an older queue)."""
-    yield Read("sync", path)
-    names = holders((yield Read("get_children", path)))
-    replies = yield ReadAll([f"{path}/{n}" for n in names])
-    for reply in replies:
-        if isinstance(reply, BaseException) and not isinstance(reply, NoNodeError):
-            raise reply
-    return list(zip(names, replies))
+def _holders_read(path: str) -> Steps[List[Listed]]:
+    """The current holders of ``path`` in queue order, with the data and stat read with each: the one listing
+    (:func:`zkrecipes._engine.listing`: ExclusiveLock's ``lock`` node, and each queue node its recipe's
+    wait-rule finds unblocked, in any node format), synced first: our server has then seen every grant made
+    before this call (a server lagging behind would show an older queue). [] if nobody holds."""
+    return (yield from listing(path, synced=True, exclusive=True, holders=True))
 
 
 def revoke_steps(path: str) -> Steps[List[str]]:
     """Mark every current holder's node of ``path`` (see :func:`request_revoke`); the names marked."""
-    try:
-        found = yield from _holders_read(path)
-    except NoNodeError:
-        return []
     marked = []
-    for name, reply in found:
-        if (yield from _mark(f"{path}/{name}", reply)):
+    for held in (yield from _holders_read(path)):
+        name = held.contender.node
+        if (yield from _mark(f"{path}/{name}", (held.data, held.stat))):
             marked.append(name)
     return marked
 
@@ -126,19 +108,12 @@ def _mark(node: str, reply: Any) -> Steps[bool]:
 def _find(path: str, token: int) -> Steps[Tuple[str, Any]]:
     """``(name, (data, stat))`` of the current holder of ``path`` whose czxid is ``token``; LockError naming
     the holders and their tokens if there is none."""
-    try:
-        found = yield from _holders_read(path)
-    except NoNodeError:
-        found = []
-    others: Dict[str, int] = {}
-    for name, reply in found:
-        if isinstance(reply, NoNodeError):
-            continue
-        if reply[1].czxid == token:
-            return name, reply
-        others[name] = reply[1].czxid
-    held = ", ".join(f"{n} has token {t}" for n, t in others.items()) or "it has no holder"
-    raise LockError(f"{path}: no holder has token {token} ({held}); a waiter's node is never broken. "
+    found = yield from _holders_read(path)
+    for held in found:
+        if held.contender.token == token:
+            return held.contender.node, (held.data, held.stat)
+    others = ", ".join(f"{h.contender.node} has token {h.contender.token}" for h in found) or "it has no holder"
+    raise LockError(f"{path}: no holder has token {token} ({others}); a waiter's node is never broken. "
                     "Nothing was deleted.")
 
 
