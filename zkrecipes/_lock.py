@@ -32,6 +32,7 @@ from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
 from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
+from ._listeners import Listeners
 from ._signature import DEFAULTS, NamedInit, Options
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender
@@ -227,7 +228,7 @@ class Participant(NamedInit):
         self.lost = self._new_event()  # set when the hold (or leadership) is lost; cleared by a new acquire
         self._state = "idle"
         self._state_lock = threading.Lock()
-        self._listeners: List[Listener] = []
+        self._listeners: Listeners[Listener] = Listeners(self._state_lock, log)
         self._watcher: Optional[SessionWatcher] = None  # the client's, found on the first hold
         self._cancelled = False  # cancel() was called since the current acquire (campaign) began
         self._drivers: Set[Any] = set()  # the drivers running this object's acquires, for cancel()
@@ -279,25 +280,16 @@ class Participant(NamedInit):
         return self._seen if hooks is None else _metrics.seen(hooks, self._metric, self.path, self._seen)
 
     def _call_listeners(self, listeners: List[Listener], state: str) -> None:
-        for fn in listeners:
-            try:
-                fn(self, state)
-            except Exception:
-                log.exception("listener %r of %s failed", fn, self.path)
+        self._listeners.tell(listeners, (self, state), self.path)
 
     def add_listener(self, fn: Listener) -> None:
         """Call ``fn(self, state)`` on every state change (never on kazoo's threads; in :mod:`zkrecipes.aio`
         on the event loop's thread; keep it short)."""
-        if not callable(fn):
-            raise TypeError(f"listener must be callable, got {fn!r}")
-        with self._state_lock:
-            self._listeners.append(fn)
+        self._listeners.add(fn)
 
     def remove_listener(self, fn: Listener) -> None:
         """Stop calling ``fn``; unknown functions are ignored."""
-        with self._state_lock:
-            if fn in self._listeners:
-                self._listeners.remove(fn)
+        self._listeners.discard(fn)
 
     def cancel(self) -> None:
         """Make this object's pending acquires or campaigns return False (a lock's ``with``/``hold()``
