@@ -272,7 +272,7 @@ class Participant(NamedInit):
         """An acquire's (campaign's) steps, timed for the metrics hooks if any are installed."""
         hooks = _metrics.installed
         return steps if hooks is None else _metrics.timed_acquire(hooks, self._metric, self.path, self._is_cancelled,
-                                                                   steps)
+                                                                   steps, NOW)
 
     def _seen_by(self) -> Optional[Callable[[int], None]]:
         """The ``seen(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""
