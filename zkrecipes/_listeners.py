@@ -20,11 +20,12 @@ class Listeners(List[Listener]):
     """The listeners, in the order added (a list: empty is falsy, read without a call). ``lock`` guards
     changes, and may be the owner's own lock, so a change and the copy of who to tell are taken together."""
 
-    __slots__ = ("lock",)
+    __slots__ = ("lock", "log")
 
-    def __init__(self, lock: Optional[Any] = None) -> None:
+    def __init__(self, lock: Optional[Any] = None, log_to: Optional[logging.Logger] = None) -> None:
         super().__init__()
         self.lock = threading.Lock() if lock is None else lock
+        self.log = log if log_to is None else log_to  # the owner's logger: a latch's failures say "latch"
 
     def add(self, fn: Listener) -> None:
         """Tell ``fn`` from now on; TypeError (before anything changes) if it is not callable."""
@@ -46,4 +47,4 @@ class Listeners(List[Listener]):
             try:
                 fn(*args)
             except Exception:
-                log.exception("listener %r of %s failed", fn, about)
+                self.log.exception("listener %r of %s failed", fn, about)

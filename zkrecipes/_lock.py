@@ -33,7 +33,7 @@ from ._reporting import Owner as Owner  # a thread, an asyncio task, or an Objec
 from ._reporting import Reports
 from ._settings import LockArgs, Settings
 from ._signature import Options
-from ._steps import Cancelled, DeadlinePassed, Entry, Read, Steps, T
+from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T
 from .errors import LockLost
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -127,7 +127,7 @@ class Participant(Settings):
         """An acquire's (campaign's) steps, timed for the metrics hooks if any are installed."""
         hooks = _metrics.installed
         return steps if hooks is None else _metrics.timed_acquire(hooks, self._metric, self.path, self._is_cancelled,
-                                                                   steps)
+                                                                   steps, NOW)
 
     def _seen_by(self) -> Optional[Callable[[int], None]]:
         """The ``seen(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""

@@ -159,6 +159,10 @@ class ElectionCore(Participant):
             if self._is_cancelled():
                 return None
 
+    def _terms_of(self, requeue: bool, fresh: bool) -> "Terms":
+        """run()'s term loop for a front to drive (see :class:`Terms`)."""
+        return Terms(self._term_steps(requeue, fresh))
+
     def _lost_term(self, what: str) -> LockLost:
         """The error of a term lost while the leader ran; ``what`` says what became of the leader."""
         return LockLost(f"{self.path}: leadership lost; {what}")
@@ -238,6 +242,40 @@ class ElectionCore(Participant):
         return f"<{type(self).__name__} {self.path!r} state={self._state}>"
 
 
+class Terms:
+    """The term loop (:meth:`ElectionCore._term_steps`) as a front drives it, written once for both: iterate
+    for what to do next (a campaign's or a step-down's steps, or :data:`LEAD`), and answer each inside
+    ``with terms:`` by setting :attr:`sent` -- an exception raised there (a cancel, Ctrl-C too) is thrown
+    into the loop instead. :attr:`result` is the loop's value once the iteration ends; its error is raised."""
+
+    __slots__ = ("_steps", "_error", "sent", "result")
+
+    def __init__(self, steps: Generator[Any, Any, Any]) -> None:
+        self._steps = steps
+        self._error: Optional[BaseException] = None
+        self.sent: Any = None  # the answer to the item just taken
+        self.result: Any = None
+
+    def __iter__(self) -> "Terms":
+        return self
+
+    def __next__(self) -> Any:
+        send, error, self.sent, self._error = self.sent, self._error, None, None
+        try:
+            return self._steps.throw(error) if error is not None else self._steps.send(send)
+        except StopIteration as done:
+            self.result = done.value
+            raise StopIteration from None
+
+    def __enter__(self) -> "Terms":
+        return self
+
+    def __exit__(self, kind: Any, error: Optional[BaseException], tb: Any) -> bool:
+        if error is not None:
+            self.sent, self._error = None, error
+        return True  # (thrown into the loop by the next step)
+
+
 class LeaderElection(Threaded, ElectionCore):
     """Leader election among the candidates of ``path``; at most one leader at a time.
 
@@ -311,18 +349,11 @@ class LeaderElection(Threaded, ElectionCore):
         fresh: bool,
     ) -> Optional[R]:
         """run()'s terms (:meth:`ElectionCore._term_steps`) on the calling thread."""
-        terms = self._term_steps(requeue, fresh)
-        send: Any = None
-        error: Optional[BaseException] = None
-        while True:
-            try:
-                op = terms.throw(error) if error is not None else terms.send(send)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                send, error = (self._lead(func, args, kwargs, stop) if op is LEAD else self._run(op)), None
-            except BaseException as exc:  # Ctrl-C too: the loop steps down
-                send, error = None, exc
+        terms = self._terms_of(requeue, fresh)
+        for op in terms:
+            with terms:  # (Ctrl-C too: the loop steps down)
+                terms.sent = self._lead(func, args, kwargs, stop) if op is LEAD else self._run(op)
+        return terms.result  # type: ignore[no-any-return]
 
     def _lead(self, func: Callable[..., R], args: Tuple[Any, ...], kwargs: Dict[str, Any], stop: bool) -> R:
         """Call ``func`` as leader (with the stop event if ``stop``); LockLost once it returns if the term was

@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any, Callable, List, Optional
 
 from kazoo.client import KazooClient
 
 from . import _kazoo
+from ._engine import Cancelled, DeadlinePassed, Steps, WaitGate
+from ._gate import Gate
+from ._listeners import Listeners
 from ._signature import NamedInit
 from .election import LEADER, ElectionCore, LeaderElection
 from .errors import ClientClosed, LockError
@@ -36,6 +40,12 @@ class LatchRun(ElectionCore):
     ``_background``) whose campaigns are not fresh, so a cancel() after :meth:`_rearm` is never lost."""
 
     _queued: Callable[[], None]  # the latch's: told when a campaign is about to wait in the queue
+    _run: Callable[..., Any]  # the front's: runs steps on its driver (a result, or an awaitable of it)
+
+    def _waits(self, steps: Steps[bool], deadline: Optional[float]) -> Any:
+        """Run one of the latch's waits on this election's front: its driver, bounded by ``deadline``
+        (monotonic) and ended by :meth:`cancel` (close() resigns)."""
+        return self._run(steps, deadline)
 
     def _rearm(self) -> None:
         """Forget a cancel() that came before the latch started (its later campaigns forget none)."""
@@ -63,20 +73,19 @@ class LatchElection(LatchRun, LeaderElection):
 
 class LatchCore(NamedInit):
     """A latch's bookkeeping, for both fronts: the election it runs, its phase (latent, started,
-    closed), leadership as last told, and its listeners. A front starts the background run, waits, closes."""
+    closed), leadership as last told, its listeners (the core's :class:`~zkrecipes._listeners.Listeners`)
+    and its waits (steps the election's front runs on its driver). A front starts the background run and
+    closes."""
 
     _election_class: Callable[..., LatchRun] = LatchElection
 
     def __init__(
-        self,
-        client: KazooClient,
-        path: str,
-        identifier: Optional[str] = None,
-        **options: Unpack[Options],
+        self, client: KazooClient, path: str, identifier: Optional[str] = None, **options: Unpack[Options]
     ) -> None:
         self.election = self._election_class(client, path, identifier, **options)
         self._lock = threading.Lock()
-        self._listeners: List[LatchListener] = []
+        self._listeners = Listeners(self._lock, log)
+        self._changes = Gate(self.election.path)  # bumped by every change a wait may care about (waited on: WaitGate)
         self._leading = False  # as last told to the listeners
         self._announced = False  # leadership, and every listener has been told so (what wait() waits for)
         self._placed = False  # a campaign led or waited in the queue: past the first step, where start() raises
@@ -90,7 +99,7 @@ class LatchCore(NamedInit):
         self.election.add_listener(self._on_state)
 
     def _setup(self) -> None:
-        """What a front adds to a new latch (what wait() waits on)."""
+        """What a front adds to a new latch."""
 
     @property
     def path(self) -> str:
@@ -118,16 +127,11 @@ class LatchCore(NamedInit):
         ``"leader"``: before the server can expire the session and elect another candidate (the doubt
         clock, :doc:`session-loss`). A failure that stops the campaign (:attr:`error`) is told as
         ``fn(False)`` too, also to a latch that was not leading. Keep it short."""
-        if not callable(fn):
-            raise TypeError(f"listener must be callable, got {fn!r}")
-        with self._lock:
-            self._listeners.append(fn)
+        self._listeners.add(fn)
 
     def remove_listener(self, fn: LatchListener) -> None:
         """Stop calling ``fn``; unknown functions are ignored."""
-        with self._lock:
-            if fn in self._listeners:
-                self._listeners.remove(fn)
+        self._listeners.discard(fn)
 
     def _on_state(self, election: Any, state: str) -> None:
         """The election's listener: leadership is its ``"leader"`` state; tell each change once."""
@@ -150,11 +154,7 @@ class LatchCore(NamedInit):
     def _tell(self, listeners: List[LatchListener], leading: bool) -> None:
         _telling.latch = self
         try:
-            for fn in listeners:
-                try:
-                    fn(leading)
-                except Exception:
-                    log.exception("listener %r of the latch on %s failed", fn, self.path)
+            self._listeners.tell(leading, to=listeners, about=f"the latch on {self.path}")
         finally:
             _telling.latch = None
 
@@ -227,8 +227,28 @@ class LatchCore(NamedInit):
         return getattr(_telling, "latch", None) is not self
 
     def _wake(self) -> None:
-        """Wake the waiters of wait() (a front's)."""
-        raise NotImplementedError
+        """Wake the waits (start()'s, wait()'s) to look again."""
+        self._changes.wake_all()
+
+    def _run_until(self, settled: Callable[[], bool], timeout: Optional[float]) -> Any:
+        """:meth:`_until` run by the election's front for up to ``timeout`` seconds: its result (threads),
+        an awaitable of it (asyncio)."""
+        return self.election._waits(self._until(settled), None if timeout is None else time.monotonic() + timeout)
+
+    def _until(self, settled: Callable[[], bool]) -> Steps[bool]:
+        """Wait until ``settled()``, looking again at each change: steps for the election's front to run on
+        its driver, bounded by the run's deadline (True if settled; False at the deadline or a cancel of
+        the election). A stopped client raises ClientClosed: the background run ends with it moments later."""
+        gate = self._changes
+        try:
+            while True:
+                with gate.mutex:  # (a change after this look bumps the version: never missed)
+                    if settled():
+                        return True
+                    version = gate.version
+                yield WaitGate(gate, version)
+        except (DeadlinePassed, Cancelled):
+            return False
 
     def __repr__(self) -> str:
         phase = "closed" if self._closed else "started" if self._started else "latent"
@@ -254,12 +274,21 @@ class LeaderLatch(LatchCore):
     election: LatchElection
 
     def _setup(self) -> None:
-        self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
 
-    def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+    def _wait(self, settled: Callable[[], bool], timeout: Optional[float]) -> None:
+        """Wait on this thread (its driver) until ``settled()`` or ``timeout``; with a stopped client, until
+        the background run has ended with it."""
+        try:
+            self._run_until(settled, timeout)
+        except ClientClosed:
+            self._join(timeout)
+
+    def _join(self, timeout: Optional[float] = None) -> None:
+        """Wait (up to ``timeout``) for the background thread to end, unless called from it."""
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def start(self) -> None:
         """Start campaigning on a background thread (at most one per latch); return once the campaign
@@ -275,8 +304,7 @@ class LeaderLatch(LatchCore):
         self._thread = threading.Thread(target=self._life, name=f"zkrecipes-latch {self.path}", daemon=True)
         self._thread.start()
         try:
-            with self._cond:
-                self._cond.wait_for(self._begun)
+            self._wait(self._begun, None)
         except BaseException:  # Ctrl-C: nothing left campaigning
             self.close()
             raise
@@ -297,9 +325,7 @@ class LeaderLatch(LatchCore):
         """Wait until this latch leads and every listener was told so; True then. False when ``timeout``
         passes, or at once if the latch is not started or is closed (also by :meth:`close` meanwhile).
         Raises :attr:`error` if the background campaign failed (a stopped client: ClientClosed)."""
-        timeout = validate_timeout(timeout)
-        with self._cond:
-            self._cond.wait_for(self._settled, timeout)
+        self._wait(self._settled, validate_timeout(timeout))
         return self._outcome()
 
     def close(self) -> None:
@@ -309,9 +335,8 @@ class LeaderLatch(LatchCore):
         thread, and before :meth:`start`."""
         if self._close():
             self.election.resign()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread() and self._may_join():
-            thread.join()
+        if self._may_join():
+            self._join()
 
     def __enter__(self) -> "LeaderLatch":
         """``with LeaderLatch(zk, path) as latch:`` starts it (unless started) and closes it on exit."""

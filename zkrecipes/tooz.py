@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-import time
 from typing import Any, Deque, Dict, List, Optional, Tuple
 
 from kazoo.exceptions import ConnectionLoss, KazooException
@@ -30,12 +29,14 @@ from tooz import ToozError, coordination, locking, utils
 from tooz.drivers import zookeeper
 
 from . import _engine, _kazoo, formats, rwlock
+from ._drive import Driver, never
+from ._engine import SESSION, Read, ReadAll, Steps
 from ._lock import on_ahead
 from .election import CANDIDATE, LEADER, LeaderElection
-from .errors import LockError, LockLost
+from .errors import ClientClosed, LockError, LockLost
 from .latch import LeaderLatch
 from .naming import Contender
-from .revoke import break_lock
+from .revoke import break_steps
 from .session import LOST, SUSPENDED
 
 log = logging.getLogger("zkrecipes.tooz")
@@ -43,17 +44,30 @@ log = logging.getLogger("zkrecipes.tooz")
 FORMAT = formats.KAZOO  # tooz's own driver makes kazoo Locks: the same queue, on the same paths
 
 
-def _break(client: Any, path: str, name: str) -> bool:
-    """Break the hold of node ``name`` of ``path`` (:func:`zkrecipes.break_lock`, by its token); False if it
-    is gone or no longer a holder."""
-    stat = client.exists(f"{path}/{name}")
-    if stat is None:
-        return False
-    try:
-        break_lock(client, path, stat.czxid)
-    except LockError:  # gone or changed since we looked: nothing deleted
-        return False
-    return True
+def _break_holders(path: str) -> Steps[bool]:
+    """Break every node of ``path`` that holds now (the one listing, :func:`zkrecipes._engine.contenders`), each
+    by its token with :func:`zkrecipes.revoke.break_steps`; True if one was deleted. A node gone or no longer
+    a holder by then is left alone (a node queued meanwhile is never touched)."""
+    names = [f"{path}/{c.node}" for c in _holders((yield from _engine.contenders(path)))]
+    broke = False
+    for reply in (yield ReadAll(names)) if names else []:  # their tokens, pipelined: one round trip
+        if isinstance(reply, BaseException):
+            continue  # gone since the listing
+        try:
+            yield from break_steps(path, reply[1].czxid)
+        except LockError:  # gone or changed since we looked: nothing deleted
+            continue
+        broke = True
+    return broke
+
+
+def _ours(node: str) -> Steps[bool]:
+    """Is ``node`` still ours: ZooKeeper's answer now (synced: a lagging follower must not say yes), by the
+    engine's read and ownership test. ConnectionLoss at once without a connection (nobody can say)."""
+    if (yield SESSION) is None:
+        raise ConnectionLoss("not connected")
+    stat, session = yield from _engine.in_session(Read("exists", node, once=True, synced=True))
+    return _engine.owns(stat, session)
 
 
 def _holders(contenders: List[Contender]) -> List[Contender]:
@@ -73,7 +87,6 @@ class ZkrecipesLock(locking.Lock):
     def __init__(self, name: bytes, rw: rwlock.ReadWriteLock) -> None:
         super().__init__(name)
         self._rw = rw
-        self._busy = threading.Lock()  # held while this object holds (any thread releases it)
         self._mutex = threading.Lock()  # guards _side and _levels
         self._side: Optional[Any] = None  # the zkrecipes side that holds
         self._levels = 0  # shared acquires of this object not yet released
@@ -82,6 +95,10 @@ class ZkrecipesLock(locking.Lock):
     def path(self) -> str:
         """The lock's path in ZooKeeper."""
         return str(self._rw.path)
+
+    def _run(self, steps: Steps[bool]) -> bool:
+        """Run ``steps`` on the calling thread (the lock's client, its path named in errors)."""
+        return Driver(self._rw.read().client, None, never, None, path=self.path).run(steps)
 
     @property
     def token(self) -> Optional[int]:
@@ -102,25 +119,20 @@ class ZkrecipesLock(locking.Lock):
         blocking, timeout = utils.convert_blocking(blocking, timeout)
         if timeout is not None and not blocking:
             blocking, timeout = False, None
-        deadline = None if timeout is None else time.monotonic() + timeout
         if shared:
             with self._mutex:
                 if self._levels:
                     self._levels += 1
                     return True
-        if not self._busy.acquire(blocking, -1 if timeout is None else timeout):
-            return False
+        # each side is owned by the object: a second acquire waits its turn (or misses) in the side's own
+        # acquire, bounded by its timeout; a side's node queues behind the other side's while that holds
         side = self._rw.read() if shared else self._rw.write()
         try:
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ok = side.acquire(blocking, left)
-        except BaseException as exc:
-            self._busy.release()
-            if isinstance(exc, (KazooException, LockError)):
-                utils.raise_with_cause(ToozError, f"acquire of {self.path} failed: {exc}", cause=exc)
-            raise
+            ok = side.acquire(blocking, timeout)
+        except (KazooException, LockError) as exc:
+            utils.raise_with_cause(ToozError, f"acquire of {self.path} failed: {exc}", cause=exc)
+            raise  # (not reached)
         if not ok:
-            self._busy.release()
             return False
         with self._mutex:
             self._side, self._levels = side, (1 if shared else 0)
@@ -138,20 +150,11 @@ class ZkrecipesLock(locking.Lock):
                 return True
             self._side, self._levels = None, 0
         try:
-            node, session = side.node, _kazoo.session_id(side.client)
-            # read with the delete (pipelined: no round trip added): was the node still ours?
-            looked = side.client.exists_async(node) if node is not None else None
-            side.release()
-            try:
-                ours = looked is not None and _engine.owns(looked.get(timeout=0), session)
-            except Exception:
-                ours = False
-            return ours and not side.lost.is_set()
+            side.release()  # its delete's reply says whether the node was still ours: else the hold is lost
         except (KazooException, LockError) as exc:
             utils.raise_with_cause(ToozError, f"release of {self.path} failed: {exc}", cause=exc)
             raise  # (not reached)
-        finally:
-            self._busy.release()
+        return not side.lost.is_set()
 
     def is_still_owner(self) -> bool:
         """Ask ZooKeeper whether our node is still ours (it exists and belongs to our session): False if not,
@@ -171,24 +174,20 @@ class ZkrecipesLock(locking.Lock):
         node = side.node
         if node is None:
             return False
-        client = side.client
-        try:
-            if not client.connected:  # kazoo would hold the read until it reconnects
-                raise ConnectionLoss("not connected")
-            stat = client.exists_async(node).get(timeout=_kazoo.session_timeout(client))
-        except (KazooException, client.handler.timeout_exception) as exc:
+        try:  # ZooKeeper's answer now, even for a hold that need not be confirmed (check() trusted it)
+            return self._run(_ours(node))
+        except (KazooException, TimeoutError, ClientClosed) as exc:
             utils.raise_with_cause(
                 coordination.ToozConnectionError, f"{self.path}: cannot tell who holds: {exc}", cause=exc
             )
-        return _engine.owns(stat, _kazoo.session_id(side.client))
+            raise  # (not reached)
 
     def break_(self) -> bool:
         """Force-release: delete the current holders' nodes with :func:`zkrecipes.break_lock`, by their tokens
         (exactly those: a node queued meanwhile is not touched). True if one was deleted, False if nobody
         held. The holder finds out when it asks (``is_still_owner()``; its ``release()`` returns False)."""
         try:
-            holders = _holders(self._rw.read().contenders())
-            return any([_break(self._rw.read().client, self.path, c.node) for c in holders])
+            return self._run(_break_holders(self.path))
         except (KazooException, LockError) as exc:
             utils.raise_with_cause(ToozError, f"break of {self.path} failed: {exc}", cause=exc)
             raise  # (not reached)

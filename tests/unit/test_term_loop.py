@@ -68,3 +68,38 @@ def test_another_error_of_the_leader_steps_down_and_is_raised(requeue):
 def test_a_failed_campaign_is_raised_with_nothing_to_step_down():
     asked, outcome = drive(True, [RuntimeError("stopped")])
     assert asked == ["campaign"] and isinstance(outcome, RuntimeError)
+
+
+def drive_terms(requeue: bool, script: List[Any]) -> tuple:
+    """As :func:`drive`, through :class:`zkrecipes.election.Terms` (what both fronts' run() iterate)."""
+    terms = LeaderElection(KazooClient(), "/p")._terms_of(requeue, fresh=True)
+    asked: List[str] = []
+    try:
+        for op in terms:
+            with terms:
+                if op is LEAD:
+                    asked.append("lead")
+                    answer = script.pop(0)
+                else:
+                    step_down = op.gi_code.co_name == "_step_down"
+                    op.close()
+                    asked.append("step_down" if step_down else "campaign")
+                    answer = None if step_down else script.pop(0)
+                if isinstance(answer, BaseException):
+                    raise answer  # what the front raised is thrown into the loop
+                terms.sent = answer
+    except BaseException as exc:  # (Ctrl-C too: raised once the loop has stepped down)
+        return asked, exc
+    return asked, terms.result
+
+
+def test_terms_returns_the_loops_result_and_raises_its_error():
+    assert drive_terms(False, [True, "result"]) == (["campaign", "lead", "step_down"], "result")
+    assert drive_terms(False, [False]) == (["campaign"], None)
+    asked, outcome = drive_terms(False, [True, LockLost("lost")])
+    assert asked == ["campaign", "lead", "step_down"] and isinstance(outcome, LockLost)
+
+
+def test_terms_throws_a_base_exception_in_so_the_loop_steps_down():
+    asked, outcome = drive_terms(True, [True, KeyboardInterrupt()])
+    assert asked == ["campaign", "lead", "step_down"] and isinstance(outcome, KeyboardInterrupt)

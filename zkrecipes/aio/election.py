@@ -68,18 +68,11 @@ class LeaderElection(AioFront, ElectionCore):
     ) -> Optional[R]:
         """run()'s terms (:meth:`ElectionCore._term_steps <zkrecipes.election.ElectionCore._term_steps>`) on
         the loop."""
-        terms = self._term_steps(requeue, fresh)
-        send: Any = None
-        error: Optional[BaseException] = None
-        while True:
-            try:
-                op = terms.throw(error) if error is not None else terms.send(send)
-            except StopIteration as done:
-                return done.value  # type: ignore[no-any-return]
-            try:
-                send, error = (await (self._lead(coro_fn(*args, **kwargs)) if op is LEAD else self._run(op))), None
-            except BaseException as exc:  # a cancel of the caller too: the loop steps down
-                send, error = None, exc
+        terms = self._terms_of(requeue, fresh)
+        for op in terms:
+            with terms:  # (a cancel of the caller too: the loop steps down)
+                terms.sent = await (self._lead(coro_fn(*args, **kwargs)) if op is LEAD else self._run(op))
+        return terms.result  # type: ignore[no-any-return]
 
     async def _lead(self, coro: Awaitable[R]) -> Optional[R]:
         """Await ``coro`` in a task cancelled when the term ends: LockLost if it was lost, else None."""

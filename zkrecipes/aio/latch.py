@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from typing import Any, Callable, Generator, Optional, Set
+from typing import Any, Callable, Generator, Optional
 
-from ..errors import LockError
+from ..errors import ClientClosed, LockError
 from ..latch import LatchCore, LatchRun
 from ..naming import validate_timeout
 from ._lock import AsyncOnly
@@ -40,12 +39,25 @@ class LeaderLatch(AsyncOnly, LatchCore):
 
     def _setup(self) -> None:
         self._task: "Optional[asyncio.Task[Any]]" = None
-        self._waiters: "Set[asyncio.Future[None]]" = set()
 
-    def _wake(self) -> None:  # on the loop
-        for fut in self._waiters:
-            if not fut.done():
-                fut.set_result(None)
+    async def _wait(self, settled: Callable[[], bool], timeout: Optional[float]) -> None:
+        """Wait on the loop (the election's driver) until ``settled()`` or ``timeout``; with a stopped
+        client, until the background task has ended with it."""
+        try:
+            await self._run_until(settled, timeout)
+        except ClientClosed:
+            await self._join(timeout)
+
+    async def _join(self, timeout: Optional[float] = None) -> None:
+        """Wait (up to ``timeout``) for the background task to end, unless called from it; not cancelled
+        with the caller."""
+        task = self._task
+        if task is None or task is asyncio.current_task():
+            return
+        if timeout is None:
+            await asyncio.shield(task)
+        else:
+            await asyncio.wait([task], timeout=timeout)
 
     def start(self) -> "Started":
         """Start campaigning in a task on the running loop (at most one per latch), at the call.
@@ -67,7 +79,7 @@ class LeaderLatch(AsyncOnly, LatchCore):
 
     async def _first_step(self) -> None:
         try:
-            await self._until(self._begun, None)
+            await self._wait(self._begun, None)
         except BaseException:  # the caller was cancelled: nothing left campaigning
             await self.close()
             raise
@@ -88,22 +100,8 @@ class LeaderLatch(AsyncOnly, LatchCore):
         """Wait until this latch leads and every listener was told so; True then. False when ``timeout``
         passes, or at once if the latch is not started or is closed (also by :meth:`close` meanwhile).
         Raises :attr:`error` if the background campaign failed (a stopped client: ClientClosed)."""
-        timeout = validate_timeout(timeout)
-        await self._until(self._settled, None if timeout is None else time.monotonic() + timeout)
+        await self._wait(self._settled, validate_timeout(timeout))
         return self._outcome()
-
-    async def _until(self, settled: Callable[[], bool], deadline: Optional[float]) -> None:
-        """Wait until ``settled()`` (woken by ``_wake``) or the deadline passes."""
-        loop = asyncio.get_running_loop()
-        while not settled():
-            fut: "asyncio.Future[None]" = loop.create_future()
-            self._waiters.add(fut)
-            try:
-                await asyncio.wait_for(fut, None if deadline is None else max(0.0, deadline - time.monotonic()))
-            except asyncio.TimeoutError:
-                return
-            finally:
-                self._waiters.discard(fut)
 
     async def close(self) -> None:
         """Resign and stop: a pending campaign ends, a leader deletes its node (listeners told ``False``)
@@ -111,9 +109,7 @@ class LeaderLatch(AsyncOnly, LatchCore):
         the caller). Idempotent; callable from any task, and before :meth:`start`."""
         if self._close():
             await self.election.resign()
-        task = self._task
-        if task is not None and task is not asyncio.current_task():
-            await asyncio.shield(task)
+        await self._join()
 
     async def __aenter__(self) -> "LeaderLatch":
         """``async with aio.LeaderLatch(zk, path) as latch:`` starts it (unless started), closes it on exit."""

@@ -109,21 +109,26 @@ def call(fn: Callable[..., None], *args: Any) -> None:
 
 
 def timed_acquire(
-    hooks: Hooks, recipe: str, path: str, cancelled: Callable[[], bool], steps: Generator[Any, Any, bool]
+    hooks: Hooks, recipe: str, path: str, cancelled: Callable[[], bool], steps: Generator[Any, Any, bool], now: Any
 ) -> Generator[Any, Any, bool]:
     """``steps`` (an acquire's, returning True/False) with ``hooks.acquired`` told once when they end
-    (``cancelled()`` says whether a False is a cancel)."""
-    start, outcome = time.monotonic(), ERROR
+    (``cancelled()`` says whether a False is a cancel). Timed by the driver's clock: ``now`` is the engine's
+    ``NOW`` step (handed in: this module sits below the engine), asked before and after; steps closed
+    half-way (GeneratorExit) may ask nothing more, and read that same clock themselves."""
+    start: float = yield now
+    outcome, closed = ERROR, False
     try:
         got = yield from steps
         outcome = ACQUIRED if got else CANCELLED if cancelled() else TIMEOUT
         return got
     except BaseException as exc:
+        closed = isinstance(exc, GeneratorExit)
         if not isinstance(exc, Exception):  # Ctrl-C, a cancelled asyncio task, a driver closing the steps
             outcome = CANCELLED
         raise
     finally:
-        call(hooks.acquired, recipe, path, time.monotonic() - start, outcome)
+        end: float = time.monotonic() if closed else (yield now)
+        call(hooks.acquired, recipe, path, end - start, outcome)
 
 
 def seen(hooks: Hooks, recipe: str, path: str, also: Optional[Callable[[int], None]]) -> Callable[[int], None]:
