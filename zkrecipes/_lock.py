@@ -39,8 +39,9 @@ from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
 
 if TYPE_CHECKING:
+    import zkrecipes.once
+
     from ._signature import Unpack
-    from .once import Once
 
 log = logging.getLogger("zkrecipes.lock")
 
@@ -784,16 +785,17 @@ class Lock(Threaded, LockCore):
         finally:
             self.release()
 
-    def once(self, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "Once":
+    def once(self, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "zkrecipes.once.Once":
         """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout
         after ``timeout``), then ``run`` is true if ``key`` was not done within ``keep`` seconds (default a
         day) by anyone holding this lock path; ``run.done()`` marks it done, fenced by the hold. A job that
         raises, or a hold lost before ``done()``, leaves the key open. See :doc:`/once` and
         :class:`~zkrecipes.once.Once`. A bad key or keep, or a read lock or semaphore, raises before any
-        request."""
+        request. ``timeout`` covers the acquire and the look, not ``done()``."""
         from .once import Once
 
-        return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (naming.READ, naming.LEASE))
+        return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (naming.READ, naming.LEASE),
+                    run=self._run, check=lambda: self._check(self._current_owner()))
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):
