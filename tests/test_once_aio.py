@@ -74,6 +74,24 @@ def test_racing_tasks_on_several_clients_run_the_job_once(zk_factory):
     assert children(clients[0], "/job") == []
 
 
+def test_timeout_zero_tries_the_lock_once_and_still_looks(zk_factory):
+    """``timeout=0`` is a non-blocking acquire: a free lock is taken and looked at (not timed out at once);
+    a held one raises LockTimeout, nothing left behind. Both fronts."""
+    a, b = zk_factory(), zk_factory()
+    with ThreadedFairLock(a, "/job").once("k", timeout=0) as threaded:
+        assert threaded
+
+    async def body() -> None:
+        async with aio.FairLock(a, "/job").once("k", timeout=0) as run:
+            assert run
+            with pytest.raises(LockTimeout):
+                async with aio.FairLock(b, "/job").once("k", timeout=0):
+                    pytest.fail("not held")
+
+    run(body)
+    assert children(a, "/job") == []
+
+
 def test_look_by_hand_under_a_held_lock(zk):
     async def body() -> None:
         lock = aio.FairLock(zk, "/job")

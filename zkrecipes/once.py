@@ -54,6 +54,7 @@ DEFAULT_KEEP = 86400.0  # seconds a done marker counts: a day
 MAX_KEEP = 366 * 86400.0  # a year and a day: any longer is a typo
 SUFFIX = "-done"  # markers of lock path P live under P + SUFFIX
 SWEEP_BATCH = 100  # stale markers deleted per fenced multi (far below ZooKeeper's request size limit)
+NOWAIT_LOOK = 30.0  # timeout=0 (a non-blocking acquire): the look's bound, as _lock.NOWAIT_OPS_TIMEOUT
 READ_BATCH = 1000  # markers read per pipeline in a sweep (bounds the requests in flight)
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]*)?)([smhd]?)")
@@ -169,8 +170,11 @@ class OnceCore(Generic[L]):
         return self.open
 
     def _deadline(self) -> Optional[float]:
-        """The one deadline of ``with``: its ``timeout`` covers acquiring the hold and the look."""
-        return None if self.timeout is None else time.monotonic() + self.timeout
+        """The one deadline of ``with``: its ``timeout`` covers acquiring the hold and the look (``0``, a
+        non-blocking acquire, bounds the look as that acquire's round trips are)."""
+        if self.timeout is None:
+            return None
+        return time.monotonic() + (self.timeout or NOWAIT_LOOK)
 
     def _look(self) -> Steps[bool]:
         """Whether the key is open (a marker older than ``keep`` deleted, fenced); LockTimeout past the
