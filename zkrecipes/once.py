@@ -45,7 +45,7 @@ from ._fence import Fenced
 from .errors import LockCancelled, LockError, LockTimeout, TransactionFailed
 from .retry import TRANSIENT
 
-__all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "OnceCore", "marker_parent", "parse_keep", "validate_keep"]
+__all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "marker_parent", "parse_keep", "validate_keep"]
 
 
 log = logging.getLogger("zkrecipes.once")
