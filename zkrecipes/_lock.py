@@ -795,7 +795,7 @@ class Lock(Threaded, LockCore):
         from .once import Once
 
         return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (naming.READ, naming.LEASE),
-                    run=self._run, check=lambda: self._check(self._current_owner()))
+                    check=lambda: self._check(self._current_owner()))
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

@@ -35,14 +35,16 @@ import weakref
 from types import TracebackType
 from typing import Any, Callable, ContextManager, Generic, List, Optional, Protocol, Sequence, Type, TypeVar
 
+import tenacity
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError, NoNodeError, UnimplementedError
 from kazoo.security import ACL, OPEN_ACL_UNSAFE
 
 from . import _kazoo, naming
-from ._engine import Cancelled, Commit, DeadlinePassed, Read, ReadAll, Steps, make_parents
+from ._drive import Driver, never
+from ._engine import Commit, DeadlinePassed, Read, ReadAll, Steps, make_parents
 from ._fence import Fenced
-from .errors import LockCancelled, LockError, LockTimeout, TransactionFailed
+from .errors import LockError, LockTimeout, TransactionFailed
 from .retry import TRANSIENT
 
 __all__ = ["DEFAULT_KEEP", "MAX_KEEP", "Once", "marker_parent", "parse_keep", "validate_keep"]
@@ -106,6 +108,7 @@ class Holder(Protocol):
     client: KazooClient
     path: str
     host: str
+    retry: Optional[tenacity.Retrying]
 
     @property
     def node(self) -> Optional[str]: ...
@@ -120,7 +123,6 @@ class ThreadedHolder(Holder, Protocol):
 
 
 L = TypeVar("L", bound=Holder)
-Run = Callable[[Steps[Any], Optional[float]], Any]  # the lock's driver: runs steps until a deadline (or awaits)
 
 
 class _Marking(Fenced):
@@ -136,9 +138,9 @@ class _Marking(Fenced):
 
 class OnceCore(Generic[L]):
     """One key's turn under a lock, for both fronts: checked input, the state, and the look and the
-    marking as engine steps. A front (:class:`Once`, :class:`zkrecipes.aio.once.Once`) runs them with
-    ``run``, the lock's driver (the lock's retry policy; its ``cancel()`` interrupts them), and
-    ``check``, the lock's steps that raise unless the caller's hold is certain; ``lock.once()`` passes both.
+    marking as engine steps. A front (:class:`Once`, :class:`zkrecipes.aio.once.Once`) runs them with its
+    driver and the lock's retry policy; ``check``, which ``lock.once()`` passes, is the lock's steps that
+    raise unless the caller's hold is certain (run before each fenced multi).
 
     ``key`` and ``keep`` are checked when it is made (ValueError or TypeError naming them, no request).
     A lock whose hold is shared -- a read lock, a semaphore -- is refused (LockError): two holders could
@@ -146,7 +148,7 @@ class OnceCore(Generic[L]):
     """
 
     def __init__(self, lock: L, key: str, keep: float = DEFAULT_KEEP, timeout: Optional[float] = None,
-                 *, acl: Sequence[ACL] = (), shared: bool = False, run: Optional[Run] = None,
+                 *, acl: Sequence[ACL] = (), shared: bool = False,
                  check: Optional[Callable[[], Steps[None]]] = None) -> None:
         self.marker = validate_key(lock.path, key)
         self.key = key
@@ -154,14 +156,13 @@ class OnceCore(Generic[L]):
         self.timeout = naming.validate_timeout(timeout)
         if shared:
             raise LockError(f"{lock.path}: once() needs a lock one process holds at a time, not {type(lock).__name__}")
-        if run is None or check is None:
+        if check is None:
             raise TypeError(f"{type(self).__name__} is made by lock.once(key, keep=..., timeout=...)")
         self.lock = lock
         self.acl = list(acl) or list(OPEN_ACL_UNSAFE)  # the lock's: for the markers and their parent
         self.open: Optional[bool] = None  # unknown until looked at
         self._now_ms: Optional[int] = None
         self._held: Any = None  # the lock's hold() while ``with`` (``async with``) holds it
-        self._run = run
         self._check = check
 
     def __bool__(self) -> bool:
@@ -178,7 +179,7 @@ class OnceCore(Generic[L]):
 
     def _look(self) -> Steps[bool]:
         """Whether the key is open (a marker older than ``keep`` deleted, fenced); LockTimeout past the
-        run's deadline, LockCancelled on the lock's ``cancel()``."""
+        run's deadline."""
         try:
             yield from self._check()
             stat = yield Read("exists", self.marker)
@@ -195,8 +196,6 @@ class OnceCore(Generic[L]):
         except DeadlinePassed:
             raise LockTimeout(f"could not acquire {self.lock.path} and look at {self.marker} within "
                               f"{self.timeout} s") from None
-        except Cancelled:
-            raise LockCancelled(f"look at {self.marker} was cancelled") from None
         self.open = stat is None
         return self.open
 
@@ -291,8 +290,8 @@ class Once(OnceCore[ThreadedHolder]):
 
     As a context manager it holds the lock, looks, and releases on exit. ``timeout`` is one deadline for
     both the acquire and the look (LockTimeout once it passed, the lock released; None: no deadline);
-    :meth:`done`, which comes after the job, is not bounded by it. Every request is retried on transient
-    errors by the lock's retry policy; the lock's ``cancel()`` ends a look with LockCancelled.
+    :meth:`done`, which comes after the job, is not bounded by it. Every read is retried on transient
+    errors by the lock's retry policy (``retry=``).
     Without ``with``, hold the lock yourself and call :meth:`look` (what the CLI does).
 
     ``key`` and ``keep`` are checked when it is made (ValueError or TypeError naming them, no request).
@@ -305,7 +304,7 @@ class Once(OnceCore[ThreadedHolder]):
         held = self.lock.hold(self.timeout)
         held.__enter__()
         try:
-            self._run(self._look(), deadline)
+            self._drive(self._look(), deadline)
         except BaseException:
             held.__exit__(None, None, None)
             raise
@@ -321,11 +320,16 @@ class Once(OnceCore[ThreadedHolder]):
     def look(self) -> bool:
         """With the lock held: whether the key is open. A marker older than ``keep`` is deleted (fenced) and
         the key is open. Raises LockLost if the hold is lost or in doubt, LockError if not held."""
-        opened: bool = self._run(self._look(), None)
+        opened: bool = self._drive(self._look())
         return opened
 
     def done(self) -> None:
         """Mark the key done (the job succeeded): write its marker, fenced by the hold, so nothing later
         runs it within ``keep``. Raises :class:`~zkrecipes.LockLost` with nothing written if the hold is
         lost or in doubt (the key stays open), LockError if the key was not open."""
-        self._run(self._done(), None)
+        self._drive(self._done())
+
+    def _drive(self, steps: Steps[Any], deadline: Optional[float] = None) -> Any:
+        """Run ``steps`` on this thread with the lock's retry policy, until ``deadline``."""
+        lock = self.lock
+        return Driver(lock.client, deadline, never, lock.retry, path=lock.path).run(steps)

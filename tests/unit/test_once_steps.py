@@ -17,7 +17,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 from zkrecipes import _engine as e
 from zkrecipes import once
 from zkrecipes._fence import Fenced
-from zkrecipes.errors import LockCancelled, LockError, LockLost, LockTimeout, TransactionFailed
+from zkrecipes.errors import LockError, LockLost, LockTimeout, TransactionFailed
 
 NODE = "/job/h-W-0000000001"  # our lock node
 CHECK = "check"  # what the fake lock's check steps yield: the certainty check of the hold
@@ -36,7 +36,7 @@ class Hold:
 
 
 class Lock:
-    path, host, node = "/job", "h", NODE
+    path, host, node, retry = "/job", "h", NODE, None
 
     def __init__(self) -> None:
         self.client = Client()
@@ -54,7 +54,7 @@ def stat(ctime: int, children: int = 0) -> ZnodeStat:
 
 
 def core(keep: float = 60.0) -> once.OnceCore[Any]:
-    return once.OnceCore(Lock(), "k", keep, run=lambda steps, deadline: None, check=check)
+    return once.OnceCore(Lock(), "k", keep, check=check)
 
 
 def ops(commit: e.Commit) -> list:
@@ -112,11 +112,11 @@ def test_a_marker_the_ttl_removed_first_still_opens_the_key():
 
 
 @pytest.mark.parametrize("thrown, raised", [
-    (e.DeadlinePassed(), LockTimeout), (e.Cancelled(), LockCancelled),
+    (e.DeadlinePassed(), LockTimeout),
     (asyncio.CancelledError(), asyncio.CancelledError), (LockLost("lost"), LockLost),
     (ConnectionLoss(), ConnectionLoss),
 ])
-def test_the_deadline_and_a_cancel_end_the_look(thrown, raised):
+def test_the_deadline_and_a_task_cancel_end_the_look(thrown, raised):
     run = core()
     look = run._look()
     look.send(None)

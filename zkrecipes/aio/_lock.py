@@ -284,7 +284,7 @@ class Lock(AioFront, LockCore):
         from .once import Once
 
         return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (READ, LEASE),
-                    run=self._run, check=lambda: self._check(self._current_owner()))
+                    check=lambda: self._check(self._current_owner()))
 
     async def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not await self.acquire(timeout=timeout):

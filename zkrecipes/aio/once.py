@@ -6,7 +6,9 @@ from __future__ import annotations
 from types import TracebackType
 from typing import Any, AsyncContextManager, Optional, Protocol, Type
 
+from .._engine import Steps
 from ..once import Holder, OnceCore
+from ._driver import AioDriver
 
 
 class AioHolder(Holder, Protocol):
@@ -37,7 +39,7 @@ class Once(OnceCore[AioHolder]):
         held = self.lock.hold(self.timeout)
         await held.__aenter__()
         try:
-            await self._run(self._look(), deadline)
+            await self._drive(self._look(), deadline)
         except BaseException:
             await held.__aexit__(None, None, None)
             raise
@@ -53,10 +55,15 @@ class Once(OnceCore[AioHolder]):
     async def look(self) -> bool:
         """With the lock held by the calling task: whether the key is open (see
         :meth:`zkrecipes.once.Once.look`)."""
-        opened: bool = await self._run(self._look(), None)
+        opened: bool = await self._drive(self._look())
         return opened
 
     async def done(self) -> None:
         """Mark the key done, fenced by the hold (see :meth:`zkrecipes.once.Once.done`): LockLost with
         nothing written if the hold is lost or in doubt, LockError if the key was not open."""
-        await self._run(self._done(), None)
+        await self._drive(self._done())
+
+    async def _drive(self, steps: Steps[Any], deadline: Optional[float] = None) -> Any:
+        """Run ``steps`` on the running loop with the lock's retry policy, until ``deadline``."""
+        lock = self.lock
+        return await AioDriver(lock.client, deadline, lock.retry, path=lock.path).run(steps)
