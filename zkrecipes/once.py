@@ -19,8 +19,8 @@ same on both kinds of server.
 
 The look and the marking are written once, as engine steps (:class:`OnceCore`: reads retried by the
 lock's policy, parents made by :func:`~zkrecipes._engine.make_parents`, markers read pipelined, fenced
-multis sent as :class:`~zkrecipes._engine.Commit`), run by the lock's own driver: on the calling thread
-here (:class:`Once`), on the event loop by :class:`zkrecipes.aio.once.Once`.
+multis sent as :class:`~zkrecipes._engine.Commit` after the lock's own check), run by a driver: on the
+calling thread here (:class:`Once`), on the event loop by :class:`zkrecipes.aio.once.Once`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``lock.once(key)`` on the asyncio locks: :mod:`zkrecipes.once`'s steps (the look, the marking), run on
-the event loop by the lock's own driver."""
+the event loop by the asyncio driver with the lock's retry policy."""
 
 from __future__ import annotations
 
