@@ -13,7 +13,9 @@ from . import naming
 from .errors import LockCancelled, LockTimeout
 
 if TYPE_CHECKING:
-    from .once import Holder, Once
+    import zkrecipes.once
+
+    from .once import ThreadedHolder
 
 _NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)  # (``with lock.hold()``)
 
@@ -31,6 +33,7 @@ class _Lock(Protocol):  # what Blocking uses of the lock it is mixed into (zkrec
     def _reap(self, me: Any) -> None: ...
     def _run(self, steps: Any, deadline: Optional[float] = None, nowait: bool = False) -> Any: ...
     def _check(self, me: Any) -> Any: ...
+    def _current_owner(self) -> Any: ...
     def _acquire_or_raise(self, timeout: Optional[float]) -> None: ...
 
 
@@ -79,17 +82,18 @@ class Blocking:
         finally:
             self.release()
 
-    def once(self: _Lock, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "Once":
+    def once(self: _Lock, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "zkrecipes.once.Once":
         """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout
         after ``timeout``), then ``run`` is true if ``key`` was not done within ``keep`` seconds (default a
         day) by anyone holding this lock path; ``run.done()`` marks it done, fenced by the hold. A job that
         raises, or a hold lost before ``done()``, leaves the key open. See :doc:`/once` and
         :class:`~zkrecipes.once.Once`. A bad key or keep, or a read lock or semaphore, raises before any
-        request."""
+        request. ``timeout`` covers the acquire and the look, not ``done()``."""
         from .once import Once
 
         shared = self._kind in (naming.READ, naming.LEASE)
-        return Once(cast("Holder", self), key, keep, timeout, acl=self._acl, shared=shared)
+        return Once(cast("ThreadedHolder", self), key, keep, timeout, acl=self._acl, shared=shared,
+                    check=lambda: self._check(self._current_owner()))
 
     def _acquire_or_raise(self: _Lock, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

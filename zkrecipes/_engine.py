@@ -42,6 +42,7 @@ from ._steps import SLEEP as SLEEP
 from ._steps import STALE as STALE
 from ._steps import UNWATCH as UNWATCH
 from ._steps import Cancelled as Cancelled
+from ._steps import Commit as Commit
 from ._steps import CreateAndList as CreateAndList
 from ._steps import CreateParent as CreateParent
 from ._steps import DeadlinePassed as DeadlinePassed

@@ -14,7 +14,7 @@ import logging
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Set, Tuple
+from typing import Any, Callable, List, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
 
@@ -38,9 +38,6 @@ from .errors import LockLost
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
 from .transaction import HeldTransaction
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger("zkrecipes.lock")
 

@@ -74,6 +74,15 @@ class Write(NamedTuple):
     data: Optional[bytes] = None
 
 
+class Commit(NamedTuple):
+    """A write sent once, never retried (a fenced multi, :mod:`zkrecipes.once`): ``send()`` sends it and
+    returns kazoo's async result; the answer is ``read(result)``, which raises as the write failed. Its
+    reply is awaited past the deadline and cancel (a write sent has an outcome to know)."""
+
+    send: Callable[[], Any]
+    read: Callable[[Any], Any]
+
+
 class CreateParent(NamedTuple):
     """Create the parent node ``path`` with ``acl``: a container node (a persistent one if not ``container``,
     or where the server has none), retried on transient errors. Answer: its path; raises as the create."""

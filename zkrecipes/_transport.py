@@ -277,6 +277,12 @@ class Transport:
             return (yield from self._call(lambda: self.client.delete_async(op.path, op.version)))
         return (yield from self._call(lambda: self.client.set_async(op.path, op.data, op.version)))
 
+    def _commit(self, op: e.Commit) -> Handler:
+        self.check()
+        sent = op.send()
+        yield Reply(sent, cleanup=True)  # (an asyncio task's cancel still ends it: the outcome is then unknown)
+        return op.read(sent)
+
     def _sleep(self, op: Any) -> Handler:
         """SLEEP: the watched paths deleted (at once if some already are), else after a wake-up."""
         yield Woken(not bool(self._watched & self._deleted))
@@ -383,5 +389,6 @@ _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.DeleteOld: "_delete_old",
     e.WaitGate: "_wait_gate",
     e.Write: "_write",
+    e.Commit: "_commit",
 }
 _CONSTANT_HANDLERS: Dict[Any, str] = {e.SLEEP: "_sleep", e.PAUSE: "_pause"}  # argument-less steps

@@ -34,6 +34,9 @@ from . import _driver
 from ._driver import AioDriver, call_soon
 from .transaction import HeldTransaction
 
+if TYPE_CHECKING:
+    import zkrecipes.aio.once
+
 log = logging.getLogger("zkrecipes.aio")
 AFTER_TOLD_WAIT = 5.0  # how long the session thread waits for a busy loop to run the listeners it was handed
 
@@ -268,6 +271,20 @@ class Lock(AioFront, LockCore):
             yield self
         finally:
             await self.release()
+
+    def once(
+        self, key: str, keep: float = 86400.0, timeout: Optional[float] = None
+    ) -> "zkrecipes.aio.once.Once":
+        """``async with lock.once("2026-11-26T15:00") as run: if run: await job(); await run.done()`` --
+        :meth:`zkrecipes.FairLock.once` for the calling task: hold the lock and look (LockTimeout after
+        ``timeout``, which covers both, not ``done()``); ``run`` is true if ``key`` was not done within
+        ``keep`` seconds. See :class:`zkrecipes.aio.once.Once`. A bad key or keep, or a read lock or
+        semaphore, raises at the call, before any request."""
+        from ..naming import LEASE, READ
+        from .once import Once
+
+        return Once(self, key, keep, timeout, acl=self._acl, shared=self._kind in (READ, LEASE),
+                    check=lambda: self._check(self._current_owner()))
 
     async def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not await self.acquire(timeout=timeout):
