@@ -33,6 +33,7 @@ from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
 from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
 from ._signature import DEFAULTS, NamedInit, Options
+from ._transport import Part
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -807,3 +808,21 @@ def on_ahead(lock: Participant, fn: Optional[Callable[[int], None]]) -> None:
     ``lock`` (a campaign, for an election) is about to wait: from its own listings, no request or watch of
     its own (the CLI's ``--progress``; the tooz backend's "queued" for ``run_watchers()``)."""
     lock._seen = fn
+
+
+def as_part(lock: Any, what: str, blocking: bool = True) -> Part:
+    """The calling owner's ``acquire`` (``blocking``), ``release`` or ``check`` of ``lock`` (a lock of either
+    front) as a :class:`~zkrecipes._transport.Part` of another run (a MultiLock's): the lock's own steps,
+    prepared as its own call prepares them, run on its own front; a release has no deadline and no cancel."""
+    me = lock._current_owner()
+    if isinstance(lock, Lock):
+        lock._reap(me)
+    if what == "release":
+        return Part(lock._release(me), on=lock, cleanup=True)
+    if what == "check":
+        return Part(lock._check(me), run=lock._run)
+    if blocking and isinstance(lock, Lock) and not lock._warned_loop and _in_event_loop():
+        lock._warn_loop()
+    lock._bind()
+    lock._cancelled = False
+    return Part(lock._acquire(me, blocking), run=lock._run)

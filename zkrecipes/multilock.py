@@ -6,8 +6,10 @@ import contextlib
 from typing import Iterable, Iterator, Optional
 
 from . import naming
-from ._lock import Lock
-from ._multilock import MultiCore, Run
+from ._drive import Driver, never
+from ._engine import Steps, T
+from ._lock import Lock, acquire_deadline
+from ._multilock import MultiCore
 from .transaction import HeldTransaction
 
 
@@ -42,24 +44,26 @@ class MultiLock(MultiCore):
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take every lock, in order, within one deadline: True once all are held.
 
-        Each lock's own ``acquire`` is called with what is left of ``timeout`` (``blocking=False`` or
-        ``timeout=0``: one attempt each, no waiting). All or none: on the first miss, when the deadline
+        Each lock's own acquire runs in turn, all bounded by the one deadline ``timeout`` sets
+        (``blocking=False`` or ``timeout=0``: one attempt each, no waiting); once it has passed, no
+        further lock is asked. All or none: on the first miss, when the deadline
         passes, or on any exception (KeyboardInterrupt included) the locks already taken are released
         in reverse order, and the lock that was being acquired deletes its own node -- nothing is left
         behind; the miss returns False, the exception is raised.
         """
-        return bool(Run(self._acquiring(blocking, timeout)).drive())
+        blocking, deadline = acquire_deadline(blocking, timeout)
+        return bool(self._run(self._acquiring(blocking), deadline, not blocking))
 
     def release(self) -> None:
         """Release every lock, in reverse order (one level each). Every lock is released even if one
         raises (LockError when the calling thread does not hold it); the first error is then raised."""
-        Run(self._releasing()).drive()
+        self._run(self._releasing())
 
     def check(self) -> None:
         """Return if every hold is certain; else raise :class:`~zkrecipes.LockLost` (LockError if not
         held by the calling thread) naming the first lock, in order, whose hold is not (see
         :meth:`zkrecipes.FairLock.check`)."""
-        Run(self._checking()).drive()
+        self._run(self._checking())
 
     def transaction(self) -> HeldTransaction:
         """A kazoo transaction fenced by every hold: its multi checks each lock's node first and commits
@@ -67,6 +71,10 @@ class MultiLock(MultiCore):
         Locks on one client only (one multi runs in one session): :class:`~zkrecipes.LockError` when they
         are on several, or as :meth:`check` when one is not held by the calling thread."""
         return HeldTransaction.joined(self._fences())
+
+    def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
+        """Run ``steps`` (whose parts run on each lock's own driver) on the calling thread."""
+        return Driver(self.locks[0].client, deadline, never, None, nowait).run(steps)
 
     def __enter__(self) -> "MultiLock":
         self._acquire_or_raise(None)

@@ -1,4 +1,4 @@
-"""aio.MultiLock: :class:`zkrecipes.MultiLock`'s logic (:mod:`zkrecipes._multilock`) with each call awaited."""
+"""aio.MultiLock: :class:`zkrecipes.MultiLock`'s steps (:mod:`zkrecipes._multilock`) run on the event loop."""
 
 from __future__ import annotations
 
@@ -6,18 +6,13 @@ import asyncio
 import contextlib
 from typing import Any, AsyncIterator, Coroutine, Iterable, Optional
 
-from .._multilock import MultiCore, Run
+from .._engine import Steps, T
+from .._lock import acquire_deadline
+from .._multilock import MultiCore
 from ..naming import validate_timeout
+from ._driver import AioDriver
 from ._lock import Lock, act_for
 from .transaction import HeldTransaction
-
-
-async def _drive(run: Run) -> Any:
-    """Await each call of ``run`` on the calling task; the steps' value."""
-    while run.call is not None:
-        with run:
-            run.reply(await run.call())
-    return run.value
 
 
 def _calling_task() -> "Optional[asyncio.Task[Any]]":
@@ -56,22 +51,27 @@ class MultiLock(MultiCore):
     async def _acquire_for(self, caller: "Optional[asyncio.Task[Any]]", blocking: bool,
                            timeout: Optional[float]) -> bool:
         act_for(caller)
-        return bool(await _drive(Run(self._acquiring(blocking, timeout))))
+        blocking, deadline = acquire_deadline(blocking, timeout)
+        return bool(await self._run(self._acquiring(blocking), deadline, not blocking))
 
     async def release(self) -> None:
         """Release every lock, in reverse order; every lock even if one raises (the first error is
         raised after the last)."""
-        await _drive(Run(self._releasing()))
+        await self._run(self._releasing())
 
     async def check(self) -> None:
         """Raise :class:`~zkrecipes.LockLost` naming the first lock, in order, whose hold is not certain
         (each lock's ``check()`` awaited); LockError if the calling task does not hold one."""
-        await _drive(Run(self._checking()))
+        await self._run(self._checking())
 
     def transaction(self) -> HeldTransaction:
         """A transaction fenced by every hold (``await tx.commit()``, :class:`zkrecipes.aio.HeldTransaction`);
         locks on one client only, see :meth:`zkrecipes.MultiLock.transaction`."""
         return HeldTransaction.joined(self._fences())
+
+    async def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
+        """Run ``steps`` (whose parts run on each lock's own driver) on the running loop."""
+        return await AioDriver(self.locks[0].client, deadline, None, nowait).run(steps)
 
     async def __aenter__(self) -> "MultiLock":
         if not await self.acquire():
