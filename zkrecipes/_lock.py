@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Set, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Set, Tuple, TypeVar
 
 import tenacity
 from kazoo.client import KazooClient
@@ -696,7 +696,35 @@ def _in_event_loop() -> bool:
 _NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)  # (``with lock.hold()``)
 
 
-class Lock(Threaded, LockCore):
+H = TypeVar("H", bound="Holding")
+
+
+class Holding:
+    """``with x:`` and ``with x.hold(timeout):`` over ``_acquire_or_raise`` and ``release`` (a threaded lock,
+    a MultiLock)."""
+
+    _acquire_or_raise: Callable[[Optional[float]], None]  # raises LockTimeout (LockCancelled) when not held
+    release: Callable[[], None]
+
+    def __enter__(self: H) -> H:
+        self._acquire_or_raise(None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    @contextlib.contextmanager
+    def hold(self: H, timeout: Optional[float] = None) -> Iterator[H]:
+        """``with lock.hold(timeout=5):`` -- like ``with lock`` but raises LockTimeout when not held within
+        ``timeout`` (nothing is then held)."""
+        self._acquire_or_raise(naming.validate_timeout(timeout))
+        try:
+            yield self
+        finally:
+            self.release()
+
+
+class Lock(Holding, Threaded, LockCore):
     """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
     _warned_loop = False  # a blocking acquire on an event loop's thread was warned of (once per object)
@@ -768,22 +796,6 @@ class Lock(Threaded, LockCore):
         counts = self._gate.counts
         if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
             _reaper.reap(self._gate)
-
-    def __enter__(self) -> "Lock":
-        self._acquire_or_raise(None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    @contextlib.contextmanager
-    def hold(self, timeout: Optional[float] = None) -> Iterator["Lock"]:
-        """``with lock.hold(timeout=5):`` -- like ``with lock`` but raises LockTimeout after ``timeout``."""
-        self._acquire_or_raise(naming.validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            self.release()
 
     def once(self, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "Once":
         """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout

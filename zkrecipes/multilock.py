@@ -1,19 +1,18 @@
-"""MultiLock: several locks taken as one -- all or none, in one global order, released in reverse."""
+"""MultiLock: several locks taken as one -- all or none, in one global order, released in reverse;
+``with multi:`` and ``multi.hold(timeout)`` as a lock's (:class:`zkrecipes._lock.Holding`)."""
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Optional
 
-from . import naming
 from ._drive import Driver, never
 from ._engine import Steps, T
-from ._lock import Lock, acquire_deadline
+from ._lock import Holding, Lock, acquire_deadline
 from ._multilock import MultiCore
 from .transaction import HeldTransaction
 
 
-class MultiLock(MultiCore):
+class MultiLock(Holding, MultiCore):
     """Several locks as one (Curator's ``InterProcessMultiLock``): ``with MultiLock([a, b]):``.
 
     ``locks`` are threaded zkrecipes locks of any recipe -- :class:`~zkrecipes.FairLock`,
@@ -75,23 +74,6 @@ class MultiLock(MultiCore):
     def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         """Run ``steps`` (whose parts run on each lock's own driver) on the calling thread."""
         return Driver(self.locks[0].client, deadline, never, None, nowait).run(steps)
-
-    def __enter__(self) -> "MultiLock":
-        self._acquire_or_raise(None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    @contextlib.contextmanager
-    def hold(self, timeout: Optional[float] = None) -> Iterator["MultiLock"]:
-        """``with multi.hold(timeout=5):`` -- like ``with multi`` but raises :class:`~zkrecipes.LockTimeout`
-        when not all locks are held within ``timeout`` (none is then held)."""
-        self._acquire_or_raise(naming.validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            self.release()
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Any, AsyncIterator, Coroutine, Iterable, Optional
+from typing import Any, Coroutine, Iterable, Optional
 
 from .._engine import Steps, T
 from .._lock import acquire_deadline
 from .._multilock import MultiCore
-from ..naming import validate_timeout
 from ._driver import AioDriver
-from ._lock import Lock, act_for
+from ._lock import AsyncHolding, Lock, act_for
 from .transaction import HeldTransaction
 
 
@@ -22,7 +20,7 @@ def _calling_task() -> "Optional[asyncio.Task[Any]]":
         return None
 
 
-class MultiLock(MultiCore):
+class MultiLock(AsyncHolding, MultiCore):
     """:class:`zkrecipes.MultiLock` for asyncio: ``async with aio.MultiLock([a, b]):``.
 
     The same order (by path, the client's chroot included: :attr:`locks`), all-or-none acquire within
@@ -73,22 +71,6 @@ class MultiLock(MultiCore):
         """Run ``steps`` (whose parts run on each lock's own driver) on the running loop."""
         return await AioDriver(self.locks[0].client, deadline, None, nowait).run(steps)
 
-    async def __aenter__(self) -> "MultiLock":
-        if not await self.acquire():
-            raise self._timed_out(None)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
-
-    @contextlib.asynccontextmanager
-    async def hold(self, timeout: Optional[float] = None) -> AsyncIterator["MultiLock"]:
-        """``async with multi.hold(timeout=5):`` -- raises :class:`~zkrecipes.LockTimeout` when not all
-        locks are held within ``timeout`` (none is then held)."""
-        seconds = validate_timeout(timeout)
-        if not await self.acquire(timeout=seconds):
-            raise self._timed_out(seconds)
-        try:
-            yield self
-        finally:
-            await self.release()
+    async def _acquire_or_raise(self, timeout: Optional[float]) -> None:
+        if not await self.acquire(timeout=timeout):
+            raise self._timed_out(timeout)
