@@ -18,7 +18,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, List, Literal, Optional, Set, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Hashable, List, Literal, Optional, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -32,8 +32,8 @@ from ._drive import Driver, never
 from ._engine import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, owns
 from ._engine import predecessor as predecessor  # the wait-rule of exclusive queue members (re-exported)
 from ._gate import Entered, Gate, in_doubt
+from ._holding import Holding
 from ._signature import DEFAULTS, NamedInit, Options
-from ._transport import Part
 from .errors import LockCancelled, LockError, LockLost, LockTimeout
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -696,34 +696,6 @@ def _in_event_loop() -> bool:
 _NOT_CALLERS = (os.path.dirname(os.path.abspath(__file__)) + os.sep, contextlib.__file__)  # (``with lock.hold()``)
 
 
-H = TypeVar("H", bound="Holding")
-
-
-class Holding:
-    """``with x:`` and ``with x.hold(timeout):`` over ``_acquire_or_raise`` and ``release`` (a threaded lock,
-    a MultiLock)."""
-
-    _acquire_or_raise: Callable[[Optional[float]], None]  # raises LockTimeout (LockCancelled) when not held
-    release: Callable[[], None]
-
-    def __enter__(self: H) -> H:
-        self._acquire_or_raise(None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
-
-    @contextlib.contextmanager
-    def hold(self: H, timeout: Optional[float] = None) -> Iterator[H]:
-        """``with lock.hold(timeout=5):`` -- like ``with lock`` but raises LockTimeout when not held within
-        ``timeout`` (nothing is then held)."""
-        self._acquire_or_raise(naming.validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            self.release()
-
-
 class Lock(Holding, Threaded, LockCore):
     """Base of every threaded zkrecipes lock. See :class:`~zkrecipes.FairLock` for the documented API."""
 
@@ -821,20 +793,3 @@ def on_ahead(lock: Participant, fn: Optional[Callable[[int], None]]) -> None:
     its own (the CLI's ``--progress``; the tooz backend's "queued" for ``run_watchers()``)."""
     lock._seen = fn
 
-
-def as_part(lock: Any, what: str, blocking: bool = True) -> Part:
-    """The calling owner's ``acquire`` (``blocking``), ``release`` or ``check`` of ``lock`` (a lock of either
-    front) as a :class:`~zkrecipes._transport.Part` of another run (a MultiLock's): the lock's own steps,
-    prepared as its own call prepares them, run on its own front; a release has no deadline and no cancel."""
-    me = lock._current_owner()
-    if isinstance(lock, Lock):
-        lock._reap(me)
-    if what == "release":
-        return Part(lock._release(me), on=lock, cleanup=True)
-    if what == "check":
-        return Part(lock._check(me), run=lock._run)
-    if blocking and isinstance(lock, Lock) and not lock._warned_loop and _in_event_loop():
-        lock._warn_loop()
-    lock._bind()
-    lock._cancelled = False
-    return Part(lock._acquire(me, blocking), run=lock._run)

@@ -14,7 +14,8 @@ import logging
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
 
 from ._engine import DeadlinePassed, Steps
-from ._lock import LockCore, as_part
+from ._lock import LockCore
+from ._transport import Part
 from .errors import LockError, LockTimeout
 
 log = logging.getLogger("zkrecipes.multilock")
@@ -101,8 +102,10 @@ def ordered(locks: object, front: Type[LockCore], front_name: str, other_name: s
 
 
 class MultiCore:
-    """What both fronts' MultiLocks share: the locks in their global order, and the steps of acquire,
-    release and check. A front sets the lock class it takes and runs the steps."""
+    """What both fronts' MultiLocks share: the locks in their global order, and a lock's step protocol --
+    ``_acquire``, ``_release``, ``_check`` -- made of each lock's own steps, each a
+    :class:`~zkrecipes._transport.Part` run by that lock's ``_run`` (its front's driver, its cancel). A
+    front sets the lock class it takes and supplies ``_current_owner`` and ``_run``, as a lock's does."""
 
     _front: Type[LockCore]  # the locks this front takes
     _front_name = ""  # in error messages
@@ -111,24 +114,44 @@ class MultiCore:
     def __init__(self, locks: Iterable[Any]) -> None:
         self.locks = ordered(locks, self._front, self._front_name, self._other_name)
 
-    def _acquiring(self, blocking: bool) -> Steps[bool]:
+    # -- what a front supplies (as a lock's front does) ------------------------------------------------
+    def _current_owner(self) -> Any:
+        """The calling owner: a thread, or a task on asyncio."""
+        raise NotImplementedError
+
+    def _run(self, steps: Steps[Any], deadline: Optional[float] = None, nowait: bool = False) -> Any:
+        """Run ``steps`` on this front's driver, bounded by ``deadline`` (returns, or is awaited for, their value)."""
+        raise NotImplementedError
+
+    # -- the steps -------------------------------------------------------------------------------------
+    def _acquire(self, blocking: bool) -> Steps[bool]:
         """Each lock's own acquire, in order, as parts of this run (bounded by its deadline): True once all
         are held; False on the first miss or once the deadline has passed (what was taken is released, in
         reverse). On an exception (KeyboardInterrupt, a cancelled task included), what was taken is
         released, then it is raised: the lock that raised has deleted its own node."""
-        return all_or_none(self.locks, lambda lock: _take(lock, blocking), _give_back)
+        return all_or_none(self.locks, lambda lock: self._take(lock, blocking), self._give_back)
 
-    def _releasing(self) -> Steps[None]:
+    def _take(self, lock: Any, blocking: bool) -> Steps[bool]:
+        """``lock``'s own acquire for the calling owner, begun as its own ``acquire`` begins it."""
+        lock._cancelled = False  # a new acquire: an earlier cancel() is over
+        got: bool = yield Part(lock._acquire(lock._current_owner(), blocking), run=lock._run)
+        return got
+
+    def _give_back(self, lock: Any) -> Steps[None]:
+        """``lock``'s own release for the calling owner: no deadline, no cancel."""
+        yield Part(lock._release(lock._current_owner()), on=lock, cleanup=True)
+
+    def _release(self) -> Steps[None]:
         """Each lock's own release, in reverse order; every lock is released even if one raises (the
         first error is raised after the last)."""
-        error = yield from give_all_back(self.locks, _give_back)
+        error = yield from give_all_back(self.locks, self._give_back)
         if error is not None:
             raise error
 
-    def _checking(self) -> Steps[None]:
+    def _check(self) -> Steps[None]:
         """Each lock's own check, in order: the first whose hold is not certain raises."""
         for lock in self.locks:
-            yield as_part(lock, "check")
+            yield Part(lock._check(lock._current_owner()), run=lock._run)
 
     def _fences(self) -> List[Any]:
         """Each lock's ``transaction()`` (a fence on its hold), to be joined into one: LockError when the
@@ -154,12 +177,3 @@ class MultiCore:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {[lock.path for lock in self.locks]!r}>"
-
-
-def _take(lock: Any, blocking: bool) -> Steps[bool]:
-    got: bool = yield as_part(lock, "acquire", blocking)
-    return got
-
-
-def _give_back(lock: Any) -> Steps[None]:
-    yield as_part(lock, "release")

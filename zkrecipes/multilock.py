@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Iterable, Optional
 
 from ._drive import Driver, never
 from ._engine import Steps, T
-from ._lock import Holding, Lock, acquire_deadline
+from ._holding import Holding
+from ._lock import Lock, _in_event_loop, acquire_deadline
 from ._multilock import MultiCore
 from .transaction import HeldTransaction
 
@@ -34,6 +36,7 @@ class MultiLock(Holding, MultiCore):
     """
 
     _front = Lock
+    _warned_loop = False  # (each lock keeps its own: see _warn_loop)
     _front_name = "threaded"
     _other_name = "zkrecipes.aio"
 
@@ -51,18 +54,21 @@ class MultiLock(Holding, MultiCore):
         behind; the miss returns False, the exception is raised.
         """
         blocking, deadline = acquire_deadline(blocking, timeout)
-        return bool(self._run(self._acquiring(blocking), deadline, not blocking))
+        if blocking and _in_event_loop():
+            self._warn_loop()
+        self._reap()
+        return bool(self._run(self._acquire(blocking), deadline, not blocking))
 
     def release(self) -> None:
         """Release every lock, in reverse order (one level each). Every lock is released even if one
         raises (LockError when the calling thread does not hold it); the first error is then raised."""
-        self._run(self._releasing())
+        self._run(self._release())
 
     def check(self) -> None:
         """Return if every hold is certain; else raise :class:`~zkrecipes.LockLost` (LockError if not
         held by the calling thread) naming the first lock, in order, whose hold is not (see
         :meth:`zkrecipes.FairLock.check`)."""
-        self._run(self._checking())
+        self._run(self._check())
 
     def transaction(self) -> HeldTransaction:
         """A kazoo transaction fenced by every hold: its multi checks each lock's node first and commits
@@ -71,9 +77,23 @@ class MultiLock(Holding, MultiCore):
         are on several, or as :meth:`check` when one is not held by the calling thread."""
         return HeldTransaction.joined(self._fences())
 
+    def _current_owner(self) -> threading.Thread:
+        return threading.current_thread()
+
     def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         """Run ``steps`` (whose parts run on each lock's own driver) on the calling thread."""
         return Driver(self.locks[0].client, deadline, never, None, nowait).run(steps)
+
+    def _reap(self) -> None:
+        """As each lock's own acquire does first: release what ended threads hold on its gate."""
+        for lock in self.locks:
+            lock._reap(lock._current_owner())
+
+    def _warn_loop(self) -> None:
+        """A blocking acquire on an event loop's thread: each lock warns, as its own acquire would."""
+        for lock in self.locks:
+            if not lock._warned_loop:
+                lock._warn_loop()
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

@@ -9,7 +9,7 @@ from .._engine import Steps, T
 from .._lock import acquire_deadline
 from .._multilock import MultiCore
 from ._driver import AioDriver
-from ._lock import AsyncHolding, Lock, act_for
+from ._lock import AsyncHolding, Lock, act_for, owner_of
 from .transaction import HeldTransaction
 
 
@@ -50,22 +50,32 @@ class MultiLock(AsyncHolding, MultiCore):
                            timeout: Optional[float]) -> bool:
         act_for(caller)
         blocking, deadline = acquire_deadline(blocking, timeout)
-        return bool(await self._run(self._acquiring(blocking), deadline, not blocking))
+        self._bind()
+        return bool(await self._run(self._acquire(blocking), deadline, not blocking))
 
     async def release(self) -> None:
         """Release every lock, in reverse order; every lock even if one raises (the first error is
         raised after the last)."""
-        await self._run(self._releasing())
+        await self._run(self._release())
 
     async def check(self) -> None:
         """Raise :class:`~zkrecipes.LockLost` naming the first lock, in order, whose hold is not certain
         (each lock's ``check()`` awaited); LockError if the calling task does not hold one."""
-        await self._run(self._checking())
+        await self._run(self._check())
 
     def transaction(self) -> HeldTransaction:
         """A transaction fenced by every hold (``await tx.commit()``, :class:`zkrecipes.aio.HeldTransaction`);
         locks on one client only, see :meth:`zkrecipes.MultiLock.transaction`."""
         return HeldTransaction.joined(self._fences())
+
+    def _bind(self) -> None:
+        """As each lock's own acquire does first: tie it to this loop (its listeners run here)."""
+        for lock in self.locks:
+            lock._bind()
+
+    def _current_owner(self) -> "Optional[asyncio.Task[Any]]":
+        task = _calling_task()
+        return None if task is None else owner_of(task)
 
     async def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         """Run ``steps`` (whose parts run on each lock's own driver) on the running loop."""
