@@ -336,6 +336,7 @@ class Transport:
         yield op
 
     def _part(self, op: Part) -> Handler:
+        """A part: its steps run aside (see :class:`Part`), bounded here; answer their value."""
         deadline, nowait = None, False
         if not op.cleanup:
             deadline, nowait = self.deadline, self.nowait
