@@ -112,21 +112,21 @@ def test_all_or_none_when_the_last_path_is_held_elsewhere(zk, zk_factory, how):
 def test_one_deadline_for_all_locks(zk, zk_factory):
     """/d/1 is freed while the MultiLock waits for it, /d/2 never is: acquire(timeout=2) asks /d/2 with
     what is left of the one deadline, not 2 s of its own, and does not give up before that deadline. Each
-    lock's acquire is recorded (the timeout it was given, when it was called and returned), so the claim
-    follows from the order of events, not from a margin on the wall clock."""
+    lock's own run of its acquire steps is recorded (the deadline it was given, when it was called and
+    returned), so the claim follows from the order of events, not from a margin on the wall clock."""
     release_first = threading.Event()
     first = Acquirer(FairLock(zk_factory(), "/d/1"), hold_until=release_first)
     second = Acquirer(FairLock(zk_factory(), "/d/2"), hold_until=threading.Event())
     assert first.wait() and second.wait()
     ml = MultiLock([FairLock(zk, "/d/2"), FairLock(zk, "/d/1")])
-    calls: List[Any] = []  # (path, timeout given, monotonic at the call, at its return, result)
+    calls: List[Any] = []  # (path, time left at the call, monotonic at the call, at its return, result, deadline)
     for lock in ml.locks:
-        def recorded(real=lock.acquire, path=lock.path, **kwargs):
+        def recorded(steps, deadline=None, nowait=False, real=lock._run, path=lock.path):
             called = time.monotonic()
-            got = real(**kwargs)
-            calls.append((path, kwargs.get("timeout"), called, time.monotonic(), got))
+            got = real(steps, deadline, nowait)
+            calls.append((path, deadline - called, called, time.monotonic(), got, deadline))
             return got
-        lock.acquire = recorded
+        lock._run = recorded
 
     def free_first() -> None:  # once the MultiLock's node is queued behind the first holder's
         wait_until(lambda: len(children(zk, "/d/1")) == 2, 15, "the MultiLock queued on /d/1")
@@ -136,8 +136,9 @@ def test_one_deadline_for_all_locks(zk, zk_factory):
     began = time.monotonic()
     assert ml.acquire(timeout=2.0) is False
     ended = time.monotonic()
-    (path1, left1, called1, returned1, got1), (path2, left2, _, _, got2) = calls
+    (path1, left1, called1, returned1, got1, deadline1), (path2, left2, _, _, got2, deadline2) = calls
     assert (path1, got1, path2, got2) == ("/d/1", True, "/d/2", False)  # /d/1 taken, /d/2 missed
+    assert deadline1 == deadline2  # one deadline, fixed once
     # the deadline was fixed no earlier than ``began`` and no later than /d/1's call; /d/2's share was
     # computed after /d/1's acquire returned: so at most 2 s less the time /d/1 took (a deadline of its
     # own would be the whole 2 s)

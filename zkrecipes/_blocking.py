@@ -7,9 +7,10 @@ import contextlib
 import os
 import threading
 import warnings
-from typing import TYPE_CHECKING, Any, Iterator, List, Optional, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, List, Optional, Protocol, TypeVar, cast
 
 from . import naming
+from ._holding import Holding
 from .errors import LockCancelled, LockTimeout
 
 if TYPE_CHECKING:
@@ -40,8 +41,8 @@ class _Lock(Protocol):  # what Blocking uses of the lock it is mixed into (zkrec
 L = TypeVar("L", bound=_Lock)
 
 
-class Blocking:
-    """``with``, ``hold()``, ``once()`` and ``check()`` of a threaded lock (mixed into
+class Blocking(Holding):
+    """``once()`` and ``check()`` of a threaded lock, with ``with`` and ``hold()`` from Holding (mixed into
     :class:`~zkrecipes._lock.Lock`)."""
 
     def check(self: _Lock) -> None:
@@ -65,22 +66,6 @@ class Blocking:
         warnings.warn(f"{self!r}: a blocking acquire() on the thread of a running asyncio event loop stops "
                       f"the loop until the lock is granted; in coroutines use zkrecipes.aio."
                       f"{type(self).__name__} (await lock.acquire())", RuntimeWarning, stacklevel=level)
-
-    def __enter__(self: L) -> L:
-        self._acquire_or_raise(None)
-        return self
-
-    def __exit__(self: _Lock, *exc: object) -> None:
-        self.release()
-
-    @contextlib.contextmanager
-    def hold(self: L, timeout: Optional[float] = None) -> Iterator[L]:
-        """``with lock.hold(timeout=5):`` -- like ``with lock`` but raises LockTimeout after ``timeout``."""
-        self._acquire_or_raise(naming.validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            self.release()
 
     def once(self: _Lock, key: str, keep: float = 86400.0, timeout: Optional[float] = None) -> "zkrecipes.once.Once":
         """``with lock.once("2026-11-26T15:00") as run: if run: job(); run.done()`` -- hold the lock (LockTimeout

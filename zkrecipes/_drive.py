@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Generator, Optional
 
 import tenacity
 from kazoo.client import KazooClient
@@ -18,7 +18,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from . import _engine as e
 from . import _kazoo
-from ._transport import Nap, Reply, Transport, Woken, client_closed
+from ._transport import Aside, Nap, Reply, Transport, Woken, client_closed
 
 
 class Driver(Transport):
@@ -57,19 +57,16 @@ class Driver(Transport):
     def run(self, steps: e.Steps[e.T], op: Any = None) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran).
         ``op``: the step they already yielded, if they were started."""
-        waits, error = self.waits(steps, op), None
-        while True:
-            try:
-                wait = waits.throw(error) if error is not None else next(waits)
-            except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
-            try:
-                self._wait(wait)
-                error = None
-            except BaseException as exc:  # deadline, cancel, KeyboardInterrupt too: the steps clean up
-                error = exc
+        try:
+            next(self.drive(steps, op))  # (on this thread it never yields)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        raise AssertionError("the threaded driver's waits never yield")
 
-    def _wait(self, w: Any) -> None:
+    def _wait(self, w: Any) -> Generator[None, None, Any]:
+        """Perform the wait ``w`` on this thread: a generator that never yields, run by :meth:`drive`."""
+        if False:  # (a generator, as the asyncio driver's wait is a coroutine)
+            yield
         if type(w) is Reply:
             limit = w.until if w.cleanup or self.deadline is None else min(w.until or self.deadline, self.deadline)
             while not w.ar.wait(0.2 if limit is None else max(0.0, min(0.2, limit - time.monotonic()))):
@@ -99,12 +96,18 @@ class Driver(Transport):
                 if not w.cleanup:
                     self.check()
                 time.sleep(max(0.0, min(0.2, end - time.monotonic())))
+        elif type(w) is Aside:
+            if w.run is not None:
+                return w.run(w.steps, w.deadline, w.nowait)
+            cancelled = never if w.cleanup else self.cancelled
+            return Driver(w.client, w.deadline, cancelled, w.policy, w.nowait, w.path).run(w.steps)
         else:  # WaitGate
             gate = w.gate
             with gate.mutex:
                 while gate.version == w.version:
                     self.check()
                     gate.cond.wait(self._tick())
+        return None
 
     def _tick(self) -> float:
         """How long one wait may last before the deadline and the cancel are looked at again."""

@@ -485,3 +485,4 @@ def on_ahead(lock: Participant, fn: Optional[Callable[[int], None]]) -> None:
     ``lock`` (a campaign, for an election) is about to wait: from its own listings, no request or watch of
     its own (the CLI's ``--progress``; the tooz backend's "queued" for ``run_watchers()``)."""
     lock._seen = fn
+

@@ -1,25 +1,68 @@
-"""A MultiLock's logic, written once for both fronts: which locks, in which order, and the calls that take,
-release and check them as steps (``(function, keywords)`` pairs a front calls, and awaits on asyncio).
+"""A MultiLock's logic, written once for both fronts: which locks, in which order, and its acquire,
+release and check as engine steps -- each lock's own steps, yielded as a
+:class:`~zkrecipes._transport.Part` that runs them on that lock's front -- run by the front's driver
+under one deadline (the driver's). And :func:`all_or_none`, the all-or-none take and undo a MultiLock
+and a semaphore's ``acquire_leases`` share.
 
-A MultiLock has no waiting loop, retry or node parser of its own: it calls each lock's own ``acquire``
-with what is left of one deadline, in one global order, and undoes what it took, in reverse, when one
-misses or raises. The fronts (:mod:`zkrecipes.multilock`, :mod:`zkrecipes.aio.multilock`) run the steps.
+A MultiLock has no waiting loop, retry, deadline arithmetic or node parser of its own: each lock queues,
+waits and retries as its own acquire does, bounded by the run's deadline.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import time
-from typing import Any, Callable, Dict, Generator, Iterable, List, Optional, Tuple, Type
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Type, TypeVar
 
-from ._lock import LockCore, acquire_deadline
+from ._engine import DeadlinePassed, Steps
+from ._lock import LockCore
+from ._transport import Part
 from .errors import LockError, LockTimeout
 
 log = logging.getLogger("zkrecipes.multilock")
 
-Call = Tuple[Callable[..., Any], Dict[str, Any]]  # a call a front makes (and awaits, on asyncio)
-Steps = Generator[Call, Any, Any]
+X = TypeVar("X")
+
+
+def all_or_none(
+    parts: Sequence[X], take: Callable[[X], Steps[bool]], give_back: Callable[[X], Steps[None]]
+) -> Steps[bool]:
+    """Take each of ``parts`` in turn (``take(part)``: True once taken): True once all are. On the first
+    miss (or DeadlinePassed before a part's turn) what was taken is given back, last first, and False is
+    returned -- or the first error a give-back raised. On any exception (KeyboardInterrupt, a cancelled
+    task included) what was taken is given back, then the exception is raised (the part being taken has
+    cleaned up after itself)."""
+    taken: List[X] = []
+    try:
+        for part in parts:
+            if not (yield from take(part)):
+                break
+            taken.append(part)
+        else:
+            return True
+    except DeadlinePassed:  # the deadline passed before this part's turn: nothing of it was asked
+        pass
+    except GeneratorExit:  # abandoned by its driver: nothing more may be asked
+        raise
+    except BaseException:
+        yield from give_all_back(taken, give_back)  # (its own errors are logged: the one raised here is the news)
+        raise
+    error = yield from give_all_back(taken, give_back)
+    if error is not None:
+        raise error
+    return False
+
+
+def give_all_back(parts: Sequence[X], give_back: Callable[[X], Steps[None]]) -> Steps[Optional[Exception]]:
+    """``give_back(part)`` for each of ``parts``, last first, each even if an earlier one raised (logged);
+    returns the first error."""
+    first: Optional[Exception] = None
+    for part in reversed(parts):
+        try:
+            yield from give_back(part)
+        except Exception as exc:
+            log.warning("%s: release failed: %r", getattr(part, "path", part), exc)
+            first = first or exc
+    return first
 
 
 def order_key(lock: LockCore) -> str:
@@ -59,8 +102,10 @@ def ordered(locks: object, front: Type[LockCore], front_name: str, other_name: s
 
 
 class MultiCore:
-    """What both fronts' MultiLocks share: the locks in their global order, and the steps of acquire,
-    release and check. A front sets the lock class it takes and runs the steps."""
+    """What both fronts' MultiLocks share: the locks in their global order, and a lock's step protocol --
+    ``_acquire``, ``_release``, ``_check`` -- made of each lock's own steps, each a
+    :class:`~zkrecipes._transport.Part` run by that lock's ``_run`` (its front's driver, its cancel). A
+    front sets the lock class it takes and supplies ``_current_owner`` and ``_run``, as a lock's does."""
 
     _front: Type[LockCore]  # the locks this front takes
     _front_name = ""  # in error messages
@@ -69,46 +114,44 @@ class MultiCore:
     def __init__(self, locks: Iterable[Any]) -> None:
         self.locks = ordered(locks, self._front, self._front_name, self._other_name)
 
-    def _acquiring(self, blocking: bool, timeout: Optional[float]) -> Steps:
-        """Each lock's ``acquire`` in order, each given what is left of one deadline: True once all are
-        held; False on the first miss (what was taken is released, in reverse). On an exception
-        (KeyboardInterrupt, a cancelled task included), what was taken is released, then it is raised:
-        the lock that raised has deleted its own node."""
-        nowait = not acquire_deadline(blocking, timeout)[0]  # (checks both, before any request)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        taken: List[Any] = []
-        try:
-            for lock in self.locks:
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0 and not nowait:
-                    break  # the deadline passed before this lock's turn: no request for it
-                asked = {"blocking": False} if nowait else {"timeout": left}
-                if not (yield lock.acquire, asked):
-                    break
-                taken.append(lock)
-            else:
-                return True
-        except GeneratorExit:  # abandoned by its front: nothing more may be asked
-            raise
-        except BaseException:
-            yield from _undo(taken)  # (its own errors are logged: the one raised here is the news)
-            raise
-        error = yield from _undo(taken)
-        if error is not None:
-            raise error
-        return False
+    # -- what a front supplies (as a lock's front does) ------------------------------------------------
+    def _current_owner(self) -> Any:
+        """The calling owner: a thread, or a task on asyncio."""
+        raise NotImplementedError
 
-    def _releasing(self) -> Steps:
-        """Each lock's ``release``, in reverse order; every lock is released even if one raises (the
+    def _run(self, steps: Steps[Any], deadline: Optional[float] = None, nowait: bool = False) -> Any:
+        """Run ``steps`` on this front's driver, bounded by ``deadline`` (returns, or is awaited for, their value)."""
+        raise NotImplementedError
+
+    # -- the steps -------------------------------------------------------------------------------------
+    def _acquire(self, blocking: bool) -> Steps[bool]:
+        """Each lock's own acquire, in order, as parts of this run (bounded by its deadline): True once all
+        are held; False on the first miss or once the deadline has passed (what was taken is released, in
+        reverse). On an exception (KeyboardInterrupt, a cancelled task included), what was taken is
+        released, then it is raised: the lock that raised has deleted its own node."""
+        return all_or_none(self.locks, lambda lock: self._take(lock, blocking), self._give_back)
+
+    def _take(self, lock: Any, blocking: bool) -> Steps[bool]:
+        """``lock``'s own acquire for the calling owner, begun as its own ``acquire`` begins it."""
+        lock._cancelled = False  # a new acquire: an earlier cancel() is over
+        got: bool = yield Part(lock._acquire(lock._current_owner(), blocking), run=lock._run)
+        return got
+
+    def _give_back(self, lock: Any) -> Steps[None]:
+        """``lock``'s own release for the calling owner: no deadline, no cancel."""
+        yield Part(lock._release(lock._current_owner()), on=lock, cleanup=True)
+
+    def _release(self) -> Steps[None]:
+        """Each lock's own release, in reverse order; every lock is released even if one raises (the
         first error is raised after the last)."""
-        error = yield from _undo(self.locks)
+        error = yield from give_all_back(self.locks, self._give_back)
         if error is not None:
             raise error
 
-    def _checking(self) -> Steps:
-        """Each lock's ``check``, in order: the first whose hold is not certain raises."""
+    def _check(self) -> Steps[None]:
+        """Each lock's own check, in order: the first whose hold is not certain raises."""
         for lock in self.locks:
-            yield lock.check, {}
+            yield Part(lock._check(lock._current_owner()), run=lock._run)
 
     def _fences(self) -> List[Any]:
         """Each lock's ``transaction()`` (a fence on its hold), to be joined into one: LockError when the
@@ -134,66 +177,3 @@ class MultiCore:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {[lock.path for lock in self.locks]!r}>"
-
-
-def _undo(locks: Iterable[Any]) -> Generator[Call, Any, Optional[Exception]]:
-    """Release ``locks`` in reverse order, each even if an earlier release raised; the first error."""
-    first: Optional[Exception] = None
-    for lock in reversed(tuple(locks)):
-        try:
-            yield lock.release, {}
-        except Exception as exc:
-            log.warning("%s: release failed: %r", lock.path, exc)
-            first = first or exc
-    return first
-
-
-class Run:
-    """One run of steps. ``call`` is the next call (None once the steps returned their ``value``); a front
-    makes it, hands its reply to :meth:`reply`, and runs both inside ``with run:``, which hands an
-    exception the call raised to the steps instead (they undo and re-raise it, or go on)::
-
-        run = Run(steps)
-        while run.call is not None:
-            with run:
-                run.reply(run.call())     # on asyncio: run.reply(await run.call())
-        return run.value
-    """
-
-    def __init__(self, steps: Steps) -> None:
-        self._steps = steps
-        self.call: Optional[Callable[[], Any]] = None
-        self.value: Any = None
-        self._raised: Optional[BaseException] = None  # what the steps themselves raised: not theirs to handle
-        self._feed(None, None)
-
-    def _feed(self, reply: Any, error: Optional[BaseException]) -> None:
-        try:
-            fn, asked = self._steps.throw(error) if error is not None else self._steps.send(reply)
-        except StopIteration as stop:
-            self.call, self.value = None, stop.value
-            return
-        except BaseException as exc:
-            self.call, self._raised = None, exc
-            raise
-        self.call = functools.partial(fn, **asked)
-
-    def reply(self, value: Any) -> None:
-        """The last call returned ``value``: on to the next."""
-        self._feed(value, None)
-
-    def drive(self) -> Any:
-        """Run the calls on this thread (the threaded front); the steps' value."""
-        while self.call is not None:
-            with self:
-                self.reply(self.call())
-        return self.value
-
-    def __enter__(self) -> "Run":
-        return self
-
-    def __exit__(self, kind: Any, error: Optional[BaseException], tb: Any) -> bool:
-        if error is None or error is self._raised:
-            return False
-        self._feed(None, error)  # the call raised: the steps' turn (they re-raise it, or go on)
-        return True

@@ -2,17 +2,22 @@
 for, and what one run knows of its watches and its session.
 
 A handler is a generator: it sends kazoo requests and *yields waits* -- :class:`Reply` (a request's
-reply), :class:`Nap` (a backoff, a pause), :class:`Woken` (a watch or session event), or the engine's
-:class:`~zkrecipes._engine.WaitGate` -- which its driver performs: :mod:`zkrecipes._drive` on the calling
-thread, :mod:`zkrecipes.aio._driver` on an event loop. Waits are bounded by the run's deadline and
-cancel (thrown in as DeadlinePassed / Cancelled), except a cleanup's.
+reply), :class:`Nap` (a backoff, a pause), :class:`Woken` (a watch or session event), :class:`Aside` (a
+run of its own), or the engine's :class:`~zkrecipes._engine.WaitGate` -- which its driver performs:
+:mod:`zkrecipes._drive` on the calling thread, :mod:`zkrecipes.aio._driver` on an event loop, both
+through the one loop :meth:`Transport.drive`. Waits are bounded by the run's deadline and cancel (thrown
+in as DeadlinePassed / Cancelled), except a cleanup's.
+
+A composition (a MultiLock, a break with grace) is steps too: it yields :class:`Part`, a run of other
+steps on a lock's own front or under a shorter deadline, and is sent their value.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, Generator, List, NamedTuple, Optional, Set, Tuple
+import types
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, NamedTuple, Optional, Set, Tuple
 
 import tenacity
 from kazoo.client import KazooClient
@@ -53,7 +58,36 @@ class Woken(NamedTuple):
     wait: bool
 
 
-Handler = Generator[Any, Any, Any]  # yields waits, is sent None (or has the wait's error thrown in)
+class Part(NamedTuple):
+    """An engine step: run ``steps`` as a run of their own -- by ``run(steps, deadline, nowait)`` (a lock's
+    own runner: its front's driver, its cancel) or, if None, by a driver of their own for ``on``'s client
+    (a lock's; None: this run's) -- bounded by this run's deadline, or ``within`` seconds from now if that
+    comes first; DeadlinePassed, with nothing of them run, once the deadline has passed. A ``cleanup`` part
+    (an undo) has no deadline and no cancel. Answer: the steps' value; their error is thrown in. How a
+    composition takes its parts: a MultiLock its locks, a break its wait for the holder to let go."""
+
+    steps: Any  # Steps[T]
+    run: Optional[Callable[..., Any]] = None
+    on: Any = None
+    within: Optional[float] = None
+    cleanup: bool = False
+
+
+class Aside(NamedTuple):
+    """Run ``steps`` by ``run(steps, deadline, nowait)``, or, if None, by a driver of their own for
+    ``client`` (cancelled as this run is, unless ``cleanup``); answer their value."""
+
+    steps: Any
+    run: Optional[Callable[..., Any]]
+    client: KazooClient
+    policy: Optional[tenacity.Retrying]
+    path: str
+    deadline: Optional[float]
+    nowait: bool
+    cleanup: bool
+
+
+Handler = Generator[Any, Any, Any]  # yields waits, is sent their answer (or has the wait's error thrown in)
 
 
 def client_closed(path: str) -> ClientClosed:
@@ -93,10 +127,14 @@ class Transport:
     def _on_session(self, event: str) -> None:
         raise NotImplementedError
 
-    def waits(self, steps: e.Steps[e.T], op: Any = None) -> Generator[Any, None, e.T]:
-        """The run of ``steps`` as one stream of waits for the driver: each step's handler in turn. The
-        driver throws a wait's error in (it reaches the handler, then the steps); the stream returns the
-        steps' value. ``op``: the step they already yielded, if they were started before the run."""
+    _wait: Callable[[Any], Any]  # a driver's: perform one wait (a generator, or a coroutine on asyncio)
+
+    def drive(self, steps: e.Steps[e.T], op: Any = None) -> Generator[Any, Any, e.T]:
+        """The one loop both drivers run ``steps`` with: each step's handler in turn, each wait it yields
+        performed by the driver's ``_wait`` and answered; a wait's error (deadline, cancel, Ctrl-C, a task's
+        CancelledError) is thrown into the handler, then the steps, which clean up. Returns the steps' value.
+        ``op``: the step they already yielded, if they were started before the run. On the calling thread it
+        never yields; on asyncio it is awaited (it yields what the loop waits on)."""
         send: Any = None
         error: Optional[BaseException] = None
         try:
@@ -111,8 +149,18 @@ class Transport:
                     if name is None:
                         send, error = self.answer_now(op), None
                     else:
-                        send, error = (yield from getattr(self, name)(op)), None
-                except GeneratorExit:  # closed by its driver: nothing more may be asked
+                        handler, answer, failed = getattr(self, name)(op), None, None
+                        while True:
+                            try:
+                                wait = handler.throw(failed) if failed is not None else handler.send(answer)
+                            except StopIteration as stop:
+                                send, error = stop.value, None
+                                break
+                            try:
+                                answer, failed = (yield from self._wait(wait)), None
+                            except BaseException as exc:  # the handler cleans up first (a create in flight)
+                                answer, failed = None, exc
+                except GeneratorExit:  # closed: nothing more may be asked
                     raise
                 except BaseException as exc:  # deadline, cancel, Ctrl-C too: the steps clean up
                     send, error = None, exc
@@ -120,6 +168,9 @@ class Transport:
         finally:
             if self._session is not None:  # the run watched: drop its watches and session subscription
                 self.close()
+
+    if not TYPE_CHECKING:  # a generator asyncio may await, and that may await a coroutine (AioDriver._wait)
+        drive = types.coroutine(drive)
 
     def answer_now(self, op: Any) -> Any:
         """The answer to an engine step that needs no request and no wait."""
@@ -298,6 +349,19 @@ class Transport:
     def _wait_gate(self, op: e.WaitGate) -> Handler:
         yield op
 
+    def _part(self, op: Part) -> Handler:
+        """A part: its steps run aside (see :class:`Part`), bounded here; answer their value."""
+        deadline, nowait = None, False
+        if not op.cleanup:
+            deadline, nowait = self.deadline, self.nowait
+            if deadline is not None and time.monotonic() >= deadline:
+                raise e.DeadlinePassed()  # before this part's turn: nothing of it is asked
+            if op.within is not None:
+                deadline = min(time.monotonic() + op.within, deadline or float("inf"))
+        on = self if op.on is None else op.on
+        policy = self.policy if op.on is None else op.on.retry
+        return (yield Aside(op.steps, op.run, on.client, policy, on.path, deadline, nowait, op.cleanup))
+
     def _call(
         self, start: Callable[[], Any], until: Optional[float] = None, cleanup: bool = False,
         gone: Optional[Callable[[], bool]] = None,
@@ -390,5 +454,6 @@ _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.WaitGate: "_wait_gate",
     e.Write: "_write",
     e.Commit: "_commit",
+    Part: "_part",
 }
 _CONSTANT_HANDLERS: Dict[Any, str] = {e.SLEEP: "_sleep", e.PAUSE: "_pause"}  # argument-less steps

@@ -1,17 +1,20 @@
-"""MultiLock: several locks taken as one -- all or none, in one global order, released in reverse."""
+"""MultiLock: several locks taken as one -- all or none, in one global order, released in reverse;
+``with multi:`` and ``multi.hold(timeout)`` as a lock's (:class:`zkrecipes._lock.Holding`)."""
 
 from __future__ import annotations
 
-import contextlib
-from typing import Iterable, Iterator, Optional
+import threading
+from typing import Iterable, Optional
 
-from . import naming
-from ._lock import Lock
-from ._multilock import MultiCore, Run
+from ._drive import Driver, never
+from ._engine import Steps, T
+from ._holding import Holding
+from ._lock import Lock, _in_event_loop, acquire_deadline
+from ._multilock import MultiCore
 from .transaction import HeldTransaction
 
 
-class MultiLock(MultiCore):
+class MultiLock(Holding, MultiCore):
     """Several locks as one (Curator's ``InterProcessMultiLock``): ``with MultiLock([a, b]):``.
 
     ``locks`` are threaded zkrecipes locks of any recipe -- :class:`~zkrecipes.FairLock`,
@@ -33,6 +36,7 @@ class MultiLock(MultiCore):
     """
 
     _front = Lock
+    _warned_loop = False  # (each lock keeps its own: see _warn_loop)
     _front_name = "threaded"
     _other_name = "zkrecipes.aio"
 
@@ -42,24 +46,29 @@ class MultiLock(MultiCore):
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> bool:
         """Take every lock, in order, within one deadline: True once all are held.
 
-        Each lock's own ``acquire`` is called with what is left of ``timeout`` (``blocking=False`` or
-        ``timeout=0``: one attempt each, no waiting). All or none: on the first miss, when the deadline
+        Each lock's own acquire runs in turn, all bounded by the one deadline ``timeout`` sets
+        (``blocking=False`` or ``timeout=0``: one attempt each, no waiting); once it has passed, no
+        further lock is asked. All or none: on the first miss, when the deadline
         passes, or on any exception (KeyboardInterrupt included) the locks already taken are released
         in reverse order, and the lock that was being acquired deletes its own node -- nothing is left
         behind; the miss returns False, the exception is raised.
         """
-        return bool(Run(self._acquiring(blocking, timeout)).drive())
+        blocking, deadline = acquire_deadline(blocking, timeout)
+        if blocking and _in_event_loop():
+            self._warn_loop()
+        self._reap()
+        return bool(self._run(self._acquire(blocking), deadline, not blocking))
 
     def release(self) -> None:
         """Release every lock, in reverse order (one level each). Every lock is released even if one
         raises (LockError when the calling thread does not hold it); the first error is then raised."""
-        Run(self._releasing()).drive()
+        self._run(self._release())
 
     def check(self) -> None:
         """Return if every hold is certain; else raise :class:`~zkrecipes.LockLost` (LockError if not
         held by the calling thread) naming the first lock, in order, whose hold is not (see
         :meth:`zkrecipes.FairLock.check`)."""
-        Run(self._checking()).drive()
+        self._run(self._check())
 
     def transaction(self) -> HeldTransaction:
         """A kazoo transaction fenced by every hold: its multi checks each lock's node first and commits
@@ -68,22 +77,23 @@ class MultiLock(MultiCore):
         are on several, or as :meth:`check` when one is not held by the calling thread."""
         return HeldTransaction.joined(self._fences())
 
-    def __enter__(self) -> "MultiLock":
-        self._acquire_or_raise(None)
-        return self
+    def _current_owner(self) -> threading.Thread:
+        return threading.current_thread()
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+    def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
+        """Run ``steps`` (whose parts run on each lock's own driver) on the calling thread."""
+        return Driver(self.locks[0].client, deadline, never, None, nowait).run(steps)
 
-    @contextlib.contextmanager
-    def hold(self, timeout: Optional[float] = None) -> Iterator["MultiLock"]:
-        """``with multi.hold(timeout=5):`` -- like ``with multi`` but raises :class:`~zkrecipes.LockTimeout`
-        when not all locks are held within ``timeout`` (none is then held)."""
-        self._acquire_or_raise(naming.validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            self.release()
+    def _reap(self) -> None:
+        """As each lock's own acquire does first: release what ended threads hold on its gate."""
+        for lock in self.locks:
+            lock._reap(lock._current_owner())
+
+    def _warn_loop(self) -> None:
+        """A blocking acquire on an event loop's thread: each lock warns, as its own acquire would."""
+        for lock in self.locks:
+            if not lock._warned_loop:
+                lock._warn_loop()
 
     def _acquire_or_raise(self, timeout: Optional[float]) -> None:
         if not self.acquire(timeout=timeout):

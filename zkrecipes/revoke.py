@@ -13,8 +13,7 @@ decided from one listing by the recipes' own wait-rules. Written once as engine 
 from __future__ import annotations
 
 import math
-import time
-from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import BadVersionError, NoNodeError
@@ -22,7 +21,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 from . import formats, naming
 from ._drive import Driver, never
 from ._engine import SLEEP, DeadlinePassed, Listed, Read, Steps, Watch, Write, listing
-from ._multilock import Run
+from ._transport import Part
 from .errors import LockError
 
 _TRIES = 3  # a write whose node changed meanwhile is tried again after one read (only marks change data)
@@ -154,19 +153,16 @@ def _after_grace(path: str, token: int) -> Steps[Optional[str]]:
     return (yield from _delete(f"{path}/{name}", token, data, stat.version))
 
 
-Phase = Tuple[Callable[..., Any], Dict[str, Any]]  # a front's ``run(steps=..., deadline=...)`` and its arguments
-
-
-def breaking(path: str, token: int, grace: float, run: Callable[..., Any]) -> Generator[Phase, Any, Broken]:
-    """:func:`break_lock` as phases for :class:`zkrecipes._multilock.Run`: each is the front's ``run(steps,
-    deadline)`` (its driver running ``steps`` bounded by the monotonic ``deadline``). Ask the holder,
-    wait up to ``grace`` for its node to go, then delete it if it is still there."""
+def breaking(path: str, token: int, grace: float) -> Steps[Broken]:
+    """:func:`break_lock` as steps: with a ``grace``, ask the holder, wait up to ``grace`` seconds for its
+    node to go (a :class:`~zkrecipes._transport.Part` bounded by the grace), then delete it if it is still
+    there; without, delete it at once."""
     if not grace:
-        return Broken((yield run, {"steps": break_steps(path, token), "deadline": None}), released=False)
-    name = yield run, {"steps": ask_steps(path, token), "deadline": None}
-    if (yield run, {"steps": gone_steps(f"{path}/{name}", token), "deadline": time.monotonic() + grace}):
+        return Broken((yield from break_steps(path, token)), released=False)
+    name = yield from ask_steps(path, token)
+    if (yield Part(gone_steps(f"{path}/{name}", token), within=grace)):
         return Broken(name, released=True)
-    deleted = yield run, {"steps": _after_grace(path, token), "deadline": None}
+    deleted = yield from _after_grace(path, token)
     return Broken(name, released=deleted is None)
 
 
@@ -238,9 +234,4 @@ def break_lock(client: KazooClient, path: str, token: int, *, grace: float = 0.0
     client, path = checked(client, path)
     token = validate_token(token)
     grace = validate_grace(grace)
-
-    def run(steps: Steps[Any], deadline: Optional[float]) -> Any:
-        return Driver(client, deadline, never, None, path=path).run(steps)
-
-    broken: Broken = Run(breaking(path, token, grace, run)).drive()
-    return broken
+    return Driver(client, None, never, None, path=path).run(breaking(path, token, grace))

@@ -14,6 +14,7 @@ from ._engine import Blockers, Entry, Steps
 from ._engine import nearest_leases as nearest_leases  # the wait-rule of a lease (re-exported)
 from ._gate import Gate
 from ._lock import IDLE, OBJECT, WAITING, Lock, LockCore, LockState, Owner, acquire_deadline
+from ._multilock import all_or_none
 from .errors import LockError
 
 if TYPE_CHECKING:
@@ -102,24 +103,10 @@ class SemaphoreRecipe(LockCore):
         return sems, blocking, deadline
 
     def _take_leases(self, sems: List[Any], blocking: bool) -> Steps[bool]:
-        """Acquire the lease of each of ``sems`` in turn (so their nodes queue in that order), all or none:
-        after a miss, the deadline, a cancel or any error (Ctrl-C, task cancel) the leases taken are
-        released, their nodes deleted."""
-        taken: List[Any] = []
-        try:
-            for sem in sems:
-                if not (yield from sem._take_lease(blocking)):
-                    break
-                taken.append(sem)
-            else:
-                return True
-        except GeneratorExit:  # closed by its driver: it may not ask for anything more
-            raise
-        except BaseException:
-            yield from _release_all(taken)
-            raise
-        yield from _release_all(taken)
-        return False
+        """Acquire the lease of each of ``sems`` in turn (so their nodes queue in that order), all or none
+        (:func:`~zkrecipes._multilock.all_or_none`): after a miss, the deadline, a cancel or any error
+        (Ctrl-C, task cancel) the leases taken are released, their nodes deleted."""
+        return all_or_none(sems, lambda sem: sem._take_lease(blocking), lambda sem: sem._give_back())
 
     def _take_lease(self, blocking: bool) -> Steps[bool]:
         """This object-owned semaphore's acquire, as steps of another's run."""
@@ -164,12 +151,6 @@ def validate_qty(qty: object, max_leases: int) -> int:
     if not 1 <= qty <= max_leases:
         raise ValueError(f"qty must be from 1 to max_leases ({max_leases}), got {qty!r}")
     return qty
-
-
-def _release_all(sems: List[Any]) -> Steps[None]:
-    """Release the leases of ``sems`` (object-owned), last taken first; each one's node is deleted."""
-    for sem in reversed(sems):
-        yield from sem._give_back()
 
 
 class LeaseCore:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Optional
+from typing import Any, Awaitable, Callable, Optional, cast
 
 import tenacity
 from kazoo.client import KazooClient
@@ -20,7 +20,7 @@ from kazoo.protocol.states import WatchedEvent
 
 from .. import _engine as e
 from .. import _kazoo
-from .._transport import Nap, Reply, Transport, Woken, client_closed
+from .._transport import Aside, Nap, Reply, Transport, Woken, client_closed
 
 
 def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
@@ -77,23 +77,13 @@ class AioDriver(Transport):
     async def run(self, steps: e.Steps[e.T], op: Any = None) -> e.T:
         """Drive ``steps`` to their end: their return value, or their exception (after their cleanup ran).
         ``op``: the step they already yielded, if they were started (:func:`start`)."""
-        waits, error = self.waits(steps, op), None
         try:
-            while True:
-                try:
-                    wait = waits.throw(error) if error is not None else next(waits)
-                except StopIteration as stop:
-                    return stop.value  # type: ignore[no-any-return]
-                try:
-                    error = None
-                    await self._wait(wait)
-                except BaseException as exc:  # deadline, cancel, CancelledError too: the steps clean up
-                    error = exc
+            return await cast("Awaitable[e.T]", self.drive(steps, op))
         finally:
             if self._timer is not None:
                 self._timer.cancel()
 
-    async def _wait(self, w: Any) -> None:
+    async def _wait(self, w: Any) -> Any:
         if type(w) is Reply:
             if w.ar.ready():
                 return
@@ -125,6 +115,10 @@ class AioDriver(Transport):
                 await self._await(fut, wakeable=w.wakes)
             if w.wakes:
                 self._woken = False
+        elif type(w) is Aside:
+            if w.run is not None:
+                return await w.run(w.steps, w.deadline, w.nowait)
+            return await AioDriver(w.client, w.deadline, w.policy, w.nowait, w.path).run(w.steps)
         else:  # WaitGate
             gate, fut = w.gate, self.loop.create_future()
 

@@ -19,6 +19,7 @@ from typing import (
     List,
     NoReturn,
     Optional,
+    TypeVar,
 )
 
 from .. import _reaper
@@ -180,7 +181,35 @@ class AioFront(AsyncOnly, Participant):
         return await self._run(self._contenders())
 
 
-class Lock(AioFront, LockCore):
+H = TypeVar("H", bound="AsyncHolding")
+
+
+class AsyncHolding:
+    """``async with x:`` and ``async with x.hold(timeout):`` over ``_acquire_or_raise`` and ``release`` (an
+    asyncio lock, an aio.MultiLock)."""
+
+    _acquire_or_raise: Callable[[Optional[float]], Awaitable[None]]  # raises LockTimeout when not held
+    release: Callable[[], Awaitable[None]]
+
+    async def __aenter__(self: H) -> H:
+        await self._acquire_or_raise(None)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.release()
+
+    @contextlib.asynccontextmanager
+    async def hold(self: H, timeout: Optional[float] = None) -> AsyncIterator[H]:
+        """``async with lock.hold(timeout=5):`` -- raises :class:`~zkrecipes.LockTimeout` when not held within
+        ``timeout`` (nothing is then held)."""
+        await self._acquire_or_raise(validate_timeout(timeout))
+        try:
+            yield self
+        finally:
+            await self.release()
+
+
+class Lock(AsyncHolding, AioFront, LockCore):
     """Base of the asyncio locks; see :class:`FairLock` for the documented API."""
 
     def acquire(self, blocking: bool = True, timeout: Optional[float] = None) -> "Coroutine[Any, Any, bool]":
@@ -255,22 +284,6 @@ class Lock(AioFront, LockCore):
             super()._detach(hold)
         else:
             _on_loop_or_here(loop, super()._detach, hold)
-
-    async def __aenter__(self) -> "Lock":
-        await self._acquire_or_raise(None)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
-
-    @contextlib.asynccontextmanager
-    async def hold(self, timeout: Optional[float] = None) -> AsyncIterator["Lock"]:
-        """``async with lock.hold(timeout=5):`` -- raises :class:`~zkrecipes.LockTimeout` after ``timeout``."""
-        await self._acquire_or_raise(validate_timeout(timeout))
-        try:
-            yield self
-        finally:
-            await self.release()
 
     def once(
         self, key: str, keep: float = 86400.0, timeout: Optional[float] = None

@@ -1,23 +1,16 @@
-"""aio.MultiLock: :class:`zkrecipes.MultiLock`'s logic (:mod:`zkrecipes._multilock`) with each call awaited."""
+"""aio.MultiLock: :class:`zkrecipes.MultiLock`'s steps (:mod:`zkrecipes._multilock`) run on the event loop."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Any, AsyncIterator, Coroutine, Iterable, Optional
+from typing import Any, Coroutine, Iterable, Optional
 
-from .._multilock import MultiCore, Run
-from ..naming import validate_timeout
-from ._lock import Lock, act_for
+from .._engine import Steps, T
+from .._lock import acquire_deadline
+from .._multilock import MultiCore
+from ._driver import AioDriver
+from ._lock import AsyncHolding, Lock, act_for, owner_of
 from .transaction import HeldTransaction
-
-
-async def _drive(run: Run) -> Any:
-    """Await each call of ``run`` on the calling task; the steps' value."""
-    while run.call is not None:
-        with run:
-            run.reply(await run.call())
-    return run.value
 
 
 def _calling_task() -> "Optional[asyncio.Task[Any]]":
@@ -27,7 +20,7 @@ def _calling_task() -> "Optional[asyncio.Task[Any]]":
         return None
 
 
-class MultiLock(MultiCore):
+class MultiLock(AsyncHolding, MultiCore):
     """:class:`zkrecipes.MultiLock` for asyncio: ``async with aio.MultiLock([a, b]):``.
 
     The same order (by path, the client's chroot included: :attr:`locks`), all-or-none acquire within
@@ -56,39 +49,38 @@ class MultiLock(MultiCore):
     async def _acquire_for(self, caller: "Optional[asyncio.Task[Any]]", blocking: bool,
                            timeout: Optional[float]) -> bool:
         act_for(caller)
-        return bool(await _drive(Run(self._acquiring(blocking, timeout))))
+        blocking, deadline = acquire_deadline(blocking, timeout)
+        self._bind()
+        return bool(await self._run(self._acquire(blocking), deadline, not blocking))
 
     async def release(self) -> None:
         """Release every lock, in reverse order; every lock even if one raises (the first error is
         raised after the last)."""
-        await _drive(Run(self._releasing()))
+        await self._run(self._release())
 
     async def check(self) -> None:
         """Raise :class:`~zkrecipes.LockLost` naming the first lock, in order, whose hold is not certain
         (each lock's ``check()`` awaited); LockError if the calling task does not hold one."""
-        await _drive(Run(self._checking()))
+        await self._run(self._check())
 
     def transaction(self) -> HeldTransaction:
         """A transaction fenced by every hold (``await tx.commit()``, :class:`zkrecipes.aio.HeldTransaction`);
         locks on one client only, see :meth:`zkrecipes.MultiLock.transaction`."""
         return HeldTransaction.joined(self._fences())
 
-    async def __aenter__(self) -> "MultiLock":
-        if not await self.acquire():
-            raise self._timed_out(None)
-        return self
+    def _bind(self) -> None:
+        """As each lock's own acquire does first: tie it to this loop (its listeners run here)."""
+        for lock in self.locks:
+            lock._bind()
 
-    async def __aexit__(self, *exc: object) -> None:
-        await self.release()
+    def _current_owner(self) -> "Optional[asyncio.Task[Any]]":
+        task = _calling_task()
+        return None if task is None else owner_of(task)
 
-    @contextlib.asynccontextmanager
-    async def hold(self, timeout: Optional[float] = None) -> AsyncIterator["MultiLock"]:
-        """``async with multi.hold(timeout=5):`` -- raises :class:`~zkrecipes.LockTimeout` when not all
-        locks are held within ``timeout`` (none is then held)."""
-        seconds = validate_timeout(timeout)
-        if not await self.acquire(timeout=seconds):
-            raise self._timed_out(seconds)
-        try:
-            yield self
-        finally:
-            await self.release()
+    async def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
+        """Run ``steps`` (whose parts run on each lock's own driver) on the running loop."""
+        return await AioDriver(self.locks[0].client, deadline, None, nowait).run(steps)
+
+    async def _acquire_or_raise(self, timeout: Optional[float]) -> None:
+        if not await self.acquire(timeout=timeout):
+            raise self._timed_out(timeout)

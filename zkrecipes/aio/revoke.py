@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any, List, Optional
+from typing import List
 
 from kazoo.client import KazooClient
 
 from .. import revoke as _revoke
-from .._engine import Steps
-from .._multilock import Run
 from ._driver import AioDriver
-from .multilock import _drive
 
 
 async def request_revoke(client: KazooClient, path: str) -> List[str]:
@@ -25,9 +22,5 @@ async def break_lock(client: KazooClient, path: str, token: int, *, grace: float
     client, path = _revoke.checked(client, path)
     token = _revoke.validate_token(token)
     grace = _revoke.validate_grace(grace)
-
-    def run(steps: Steps[Any], deadline: Optional[float]) -> Any:
-        return AioDriver(client, deadline, None, path=path).run(steps)
-
-    broken: _revoke.Broken = await _drive(Run(_revoke.breaking(path, token, grace, run)))
+    broken: _revoke.Broken = await AioDriver(client, None, None, path=path).run(_revoke.breaking(path, token, grace))
     return broken
