@@ -119,7 +119,7 @@ class Driver(Transport):
     @_kazoo.on_io_thread
     def _on_watch(self, event: WatchedEvent) -> None:  # kazoo's I/O thread: only record and wake
         listing = self._prefetch(event)
-        self._seen(event)
+        self._watch_fired(event)
         if listing is None:
             self.interrupt()
         else:  # the steps' next need is that listing: wake once it is in, one wake-up instead of two

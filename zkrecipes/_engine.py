@@ -48,6 +48,7 @@ from ._steps import CreateParent as CreateParent
 from ._steps import DeadlinePassed as DeadlinePassed
 from ._steps import Delete as Delete
 from ._steps import DeleteOld as DeleteOld
+from ._steps import DeleteVersion as DeleteVersion
 from ._steps import Entry as Entry
 from ._steps import Read as Read
 from ._steps import ReadAll as ReadAll
@@ -55,6 +56,7 @@ from ._steps import SessionGone as SessionGone
 from ._steps import Step as Step
 from ._steps import Steps as Steps
 from ._steps import T as T
+from ._steps import Taken as Taken
 from ._steps import WaitGate as WaitGate
 from ._steps import Watch as Watch
 from ._steps import Watched as Watched
@@ -138,18 +140,18 @@ def acquire(
     rule: Rule,
     confirm: bool = False,
     fmt: NodeFormat = formats.DEFAULT,
-    seen: Optional[Callable[[int], None]] = None,
+    on_ahead: Optional[Callable[[int], None]] = None,
     peek: bool = False,
 ) -> Steps[Entry]:
     """Enqueue ``<parent>/<prefix><seq>`` and wait until ``rule`` finds no blocker; our node is deleted on
     every other exit. With ``confirm`` (elections), or if the waiter stood still meanwhile (:data:`STALE`),
     our node is read back before we return: it must still be ours. ``fmt`` (the node format) reads every
     listing: a child it cannot queue with, or a node of another recipe ahead of ours, raises LockError (our
-    node deleted). ``seen(n)``, if given, is told how many nodes are ahead of ours each time we are about
+    node deleted). ``on_ahead(n)``, if given, is told how many nodes are ahead of ours each time we are about
     to wait (from what we know anyway: no request).
 
-    With ``peek`` (a non-blocking attempt) the queue is listed first and DeadlinePassed raised, nothing
-    written, if ``rule`` blocks a node at its back (:func:`_peek`); else we queue, and DeadlinePassed
+    With ``peek`` (a non-blocking attempt) the queue is listed first and Taken raised, nothing
+    written, if ``rule`` blocks a node at its back (:func:`_peek`); else we queue, and Taken
     is raised (our node deleted) instead of any wait."""
     if peek:
         yield from _peek(parent, prefix, rule, fmt)
@@ -184,10 +186,10 @@ def acquire(
                     continue
                 return entry
             if peek:
-                raise DeadlinePassed()  # a non-blocking attempt does not wait (nor watch)
+                raise Taken()  # a non-blocking attempt does not wait (nor watch)
             waited = True
-            if seen is not None:
-                seen(len(ahead))
+            if on_ahead is not None:
+                on_ahead(len(ahead))
             try:
                 blockers = [found] if isinstance(found, QueueNode) else list(found)
                 if (yield from _wait(parent, blockers, ahead, watched)):  # our listing is old: list again
@@ -209,7 +211,7 @@ def acquire(
 
 
 def _peek(parent: str, prefix: str, rule: Rule, fmt: NodeFormat) -> Steps[None]:
-    """A non-blocking attempt's look before it writes: one listing; DeadlinePassed if ``rule`` blocks a node
+    """A non-blocking attempt's look before it writes: one listing; Taken if ``rule`` blocks a node
     ``<prefix><seq>`` created now, at the back of the queue (its blockers stay ahead of anything we create
     later: nodes only join behind). LockError, nothing written, for a child ``fmt`` cannot queue with."""
     try:
@@ -218,7 +220,7 @@ def _peek(parent: str, prefix: str, rule: Rule, fmt: NodeFormat) -> Steps[None]:
         return
     ahead = fmt.queue(parent, children)
     if ahead and rule(ahead, naming.parse(f"{prefix}0000000000") or _NO_NODE):  # (the rules look at our kind)
-        raise DeadlinePassed()
+        raise Taken()
 
 
 def _wait(parent: str, blockers: List[QueueNode], ahead: List[QueueNode], watched: Set[str]) -> Steps[bool]:

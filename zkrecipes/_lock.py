@@ -33,7 +33,7 @@ from ._reporting import Owner as Owner  # a thread, an asyncio task, or an Objec
 from ._reporting import Reports
 from ._settings import LockArgs, Settings
 from ._signature import Options
-from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T
+from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, Taken
 from .errors import LockLost
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -71,7 +71,7 @@ class Participant(Settings):
 
     _title = "FairLock"  # the recipe, as its users call it, in messages
     _metric = "fair"  # the recipe's label in metrics (zkrecipes.metrics)
-    _seen: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
+    _on_ahead: Optional[Callable[[int], None]] = None  # told how many are ahead while waiting (see on_ahead)
     _owner_word = "thread"  # who owns a hold, in error messages
     _by_object: Optional[ObjectOwner] = None  # the ownership policy with owner="object" (else the object itself)
 
@@ -126,10 +126,10 @@ class Participant(Settings):
         return steps if hooks is None else _metrics.timed_acquire(hooks, self._metric, self.path, self._is_cancelled,
                                                                    steps, NOW)
 
-    def _seen_by(self) -> Optional[Callable[[int], None]]:
-        """The ``seen(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""
+    def _ahead_hook(self) -> Optional[Callable[[int], None]]:
+        """The ``on_ahead(n)`` an acquire tells how many are ahead when it waits: ``on_ahead``'s, the hooks'."""
         hooks = _metrics.installed
-        return self._seen if hooks is None else _metrics.seen(hooks, self._metric, self.path, self._seen)
+        return self._on_ahead if hooks is None else _metrics.on_ahead(hooks, self._metric, self.path, self._on_ahead)
 
     def _call_listeners(self, listeners: List[Listener], state: str) -> None:
         self._listeners.tell(self, state, to=listeners, about=self.path)
@@ -259,7 +259,7 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
         fmt = self._format
         prefix, data, guid = fmt.node(self.host, self._kind, self.identifier)
         return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, seen=self._seen_by(), peek=peek
+            self.path, self._acl, prefix, data, guid, self._rule, fmt=fmt, on_ahead=self._ahead_hook(), peek=peek
         )
 
     # -- the life ------------------------------------------------------------------------------------
@@ -299,7 +299,7 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
             entry = yield from self._steps(peek=not blocking)
             hooks = self._by_object or self  # the ownership policy: the object's owner, or the lock itself
             hold = self._make_hold(entry, gate, hooks._told)  # a held lock's gate outlives its lock objects
-        except (DeadlinePassed, Cancelled):
+        except (DeadlinePassed, Taken, Cancelled):
             pass
         finally:
             gate.granted(me, self._kind, hold, self._by_object or self, (self._by_object or self)._detach)
@@ -484,5 +484,5 @@ def on_ahead(lock: Participant, fn: Optional[Callable[[int], None]]) -> None:
     """Call ``fn(n)`` on the acquiring thread with how many nodes are ahead of ours each time an acquire of
     ``lock`` (a campaign, for an election) is about to wait: from its own listings, no request or watch of
     its own (the CLI's ``--progress``; the tooz backend's "queued" for ``run_watchers()``)."""
-    lock._seen = fn
+    lock._on_ahead = fn
 

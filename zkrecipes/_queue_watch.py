@@ -22,14 +22,14 @@ def watch_queue(
     client: KazooClient,
     path: str,
     policy: Optional[tenacity.Retrying],
-    seen: Callable[[List[Listed], bool], None],
+    on_listing: Callable[[List[Listed], bool], None],
     stop: threading.Event,
     changed: threading.Event,
     tick: float,
     exclusive: bool = False,
     retry_after: Optional[Callable[[Exception], float]] = None,
 ) -> None:
-    """Call ``seen(listed, fresh)`` on this thread with the listing of ``path`` (synced; ExclusiveLock's node
+    """Call ``on_listing(listed, fresh)`` on this thread with the listing of ``path`` (synced; ExclusiveLock's node
     too if ``exclusive``), read now and after each change (``fresh`` True), and every ``tick`` seconds
     without one (the last listing again, ``fresh`` False), until ``stop`` is set (it also cancels a read
     in progress). The watch sets ``changed``: set it too to wake the loop. A failed read raises, or with
@@ -56,5 +56,5 @@ def watch_queue(
                 again = True
                 continue
             again = False
-        seen(listed, fresh)
+        on_listing(listed, fresh)
         changed.wait(tick)

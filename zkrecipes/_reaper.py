@@ -43,7 +43,7 @@ class Job(NamedTuple):
 
     gate: Gate
     left: LeaveResult
-    owner: str  # who ended, for the log: "thread 'name'", "task <Task ...>"
+    owner_name: str  # who ended, as the log names it: "thread 'name'", "task <Task ...>"
     logger: logging.Logger
 
 
@@ -116,7 +116,7 @@ def _hook_exit() -> None:  # with _lock held
 
 def release(job: Job) -> None:
     """Finish ``job`` on the calling thread with the threaded driver; log it once the node is gone."""
-    gate, left, owner, logger = job
+    gate, left, owner_name, logger = job
     hold = left.hold
     stopped = _kazoo.is_stopped(hold.client)  # its session was closed with it (or expires): nothing to send
     if stopped:
@@ -125,18 +125,18 @@ def release(job: Job) -> None:
         Driver(hold.client, None, never, None).run(_gate.finish_leave(gate, left))
     except Exception:
         logger.exception("%s: could not release %s of %s, which ended without releasing it (it goes when "
-                         "the session ends)", gate.path, hold.node, owner)
+                         "the session ends)", gate.path, hold.node, owner_name)
         return
     if stopped:  # the client's stop() ended the hold: nothing outlived its owner
-        logger.debug("%s: forgot %s of %s: its client was stopped", gate.path, hold.node, owner)
+        logger.debug("%s: forgot %s of %s: its client was stopped", gate.path, hold.node, owner_name)
     elif not left.last:
         logger.warning("%s: released %s for its owner, %s, which ended without releasing it (other owners "
-                       "of this process still hold it)", gate.path, hold.node, owner)
+                       "of this process still hold it)", gate.path, hold.node, owner_name)
     elif hold.state == LOST:
         logger.warning("%s: %s was lost (its session ended); its owner, %s, ended without releasing it",
-                       gate.path, hold.node, owner)
+                       gate.path, hold.node, owner_name)
     else:
-        logger.warning("%s: released %s: its owner, %s, ended without releasing it", gate.path, hold.node, owner)
+        logger.warning("%s: released %s: its owner, %s, ended without releasing it", gate.path, hold.node, owner_name)
 
 
 def reap(gate: Gate, do: Callable[[Job], None] = release) -> None:

@@ -21,8 +21,11 @@ class SessionGone(Exception):
 
 
 class DeadlinePassed(Exception):
-    """Thrown in by a driver: the acquire's deadline passed (or a non-blocking attempt would wait); raised
-    by the steps themselves when a non-blocking attempt (``peek``) finds the lock held."""
+    """Thrown in by a driver: the run's deadline passed."""
+
+
+class Taken(Exception):
+    """Raised by the steps: a non-blocking attempt (``peek``) found the lock taken; nothing was written."""
 
 
 class Cancelled(Exception):
@@ -64,14 +67,21 @@ class ReadAll(NamedTuple):
 
 
 class Write(NamedTuple):
-    """A write to someone else's node, conditional on its data ``version`` (:mod:`zkrecipes.revoke`):
-    ``set_data`` of ``data``, or a delete if ``data`` is None. Retried on transient errors: a retry of a
-    write that was applied answers BadVersionError or NoNodeError, so the steps read again. Answer: kazoo's
-    (the node's new stat for a ``set_data``)."""
+    """``set_data`` of ``data`` on someone else's node, if its data ``version`` is still that
+    (:mod:`zkrecipes.revoke`'s mark). Retried on transient errors: a retry of a write that was applied
+    answers BadVersionError, so the steps read again. Answer: the node's new stat."""
 
     path: str
     version: int
-    data: Optional[bytes] = None
+    data: bytes
+
+
+class DeleteVersion(NamedTuple):
+    """Delete someone else's node if its data ``version`` is still that (a break). Retried on transient
+    errors: a retry of a delete that was applied answers NoNodeError. Answer: None."""
+
+    path: str
+    version: int
 
 
 class Commit(NamedTuple):

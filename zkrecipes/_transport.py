@@ -324,9 +324,10 @@ class Transport:
 
 
     def _write(self, op: e.Write) -> Handler:
-        if op.data is None:
-            return (yield from self._call(lambda: self.client.delete_async(op.path, op.version)))
         return (yield from self._call(lambda: self.client.set_async(op.path, op.data, op.version)))
+
+    def _delete_version(self, op: e.DeleteVersion) -> Handler:
+        return (yield from self._call(lambda: self.client.delete_async(op.path, op.version)))
 
     def _commit(self, op: e.Commit) -> Handler:
         self.check()
@@ -397,7 +398,7 @@ class Transport:
             self._session = SessionWatcher.of(self.client)
             self._session.subscribe(self._on_session)
 
-    def _seen(self, event: WatchedEvent) -> None:
+    def _watch_fired(self, event: WatchedEvent) -> None:
         if event.type == EventType.DELETED:
             self._deleted.add(event.path)  # kazoo hands watchers the path without the chroot
             self._deleted_at = time.monotonic()
@@ -453,6 +454,7 @@ _HANDLERS: Dict[Any, str] = {  # the handler's name, by the step's type
     e.DeleteOld: "_delete_old",
     e.WaitGate: "_wait_gate",
     e.Write: "_write",
+    e.DeleteVersion: "_delete_version",
     e.Commit: "_commit",
     Part: "_part",
 }

@@ -56,7 +56,8 @@ class ElectionCore(Participant):
         """A candidate's queue: the predecessor rule, our node read back before we lead."""
         prefix, data, guid = self._format.node(self.host, naming.WRITE, self.identifier)
         return _engine.acquire(
-            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format, seen=self._seen_by()
+            self.path, self._acl, prefix, data, guid, predecessor, confirm=True, fmt=self._format,
+            on_ahead=self._ahead_hook(),
         )
 
     def _campaign(self, fresh: bool) -> Steps[bool]:
@@ -410,10 +411,10 @@ class LeaderWatch:
     def _run(self) -> None:
         """The shared child-watch loop (:func:`zkrecipes._queue_watch.watch_queue`) on this thread, until stopped."""
         self._last: Any = object()  # the leader's node last delivered
-        watch_queue(self._client, self._path, self._retry, self._seen, self._stop, self._changed, 0.5,
+        watch_queue(self._client, self._path, self._retry, self._on_listing, self._stop, self._changed, 0.5,
                retry_after=self._retry_after)
 
-    def _seen(self, listed: List[Listed], fresh: bool) -> None:
+    def _on_listing(self, listed: List[Listed], fresh: bool) -> None:
         leader = listed[0].contender if listed else None  # the head of the queue
         key = leader.node if leader else None
         if fresh and key != self._last and not self._stop.is_set():

@@ -12,7 +12,7 @@ from kazoo.security import ACL
 
 from . import _engine, formats, naming
 from ._lock import Lock, LockCore
-from ._steps import SESSION, SLEEP, UNWATCH, DeadlinePassed, Delete, Entry, Read, Steps, Watch
+from ._steps import SESSION, SLEEP, UNWATCH, Delete, Entry, Read, Steps, Taken, Watch
 from .formats import NodeFormat
 from .naming import Contender
 
@@ -25,16 +25,16 @@ def race(
     name: str,
     data: bytes,
     guid: str,
-    seen: Optional[Callable[[int], None]] = None,
+    on_ahead: Optional[Callable[[int], None]] = None,
     fmt: NodeFormat = formats.get(formats.ZKRECIPES, "exclusive"),
     peek: bool = False,
 ) -> Steps[Entry]:
     """Whoever creates ``<parent>/<name>`` holds it; the others watch it and race again when it goes
-    (``seen(1)`` as :func:`zkrecipes._engine.acquire`'s: the holder is ahead). The parent is listed in the
+    (``on_ahead(1)`` as :func:`zkrecipes._engine.acquire`'s: the holder is ahead). The parent is listed in the
     same round trip as each create: a node of another recipe there (``fmt.alone``) raises LockError, our
     node deleted.
     Of two recipes that create at once, the later create's listing shows the earlier node: never both held.
-    With ``peek`` (a non-blocking attempt) the parent is listed first: DeadlinePassed if ``name`` is there,
+    With ``peek`` (a non-blocking attempt) the parent is listed first: Taken if ``name`` is there,
     LockError for a node of another recipe, nothing written either way."""
     path = f"{parent}/{name}"
     if peek:
@@ -44,7 +44,7 @@ def race(
             children = []
         fmt.alone(parent, children, written=False)
         if name in children:
-            raise DeadlinePassed()
+            raise Taken()
     while True:
         try:
             entry, children = yield from _engine.create(parent, acl, name, data, guid, sequence=False, listing=True)
@@ -69,8 +69,8 @@ def race(
                 if granted is not None:
                     return granted
                 continue
-        if seen is not None:
-            seen(1)
+        if on_ahead is not None:
+            on_ahead(1)
         yield SLEEP
 
 
@@ -102,7 +102,7 @@ class ExclusiveRecipe(LockCore):
     def _steps(self, peek: bool = False) -> Steps[Entry]:
         guid = naming.new_guid()
         data = naming.node_data(self.identifier, guid, self.host)
-        return race(self.path, self._acl, NODE, data, guid, self._seen_by(), self._format, peek)
+        return race(self.path, self._acl, NODE, data, guid, self._ahead_hook(), self._format, peek)
 
     def _contenders(self) -> Steps[List[Contender]]:
         """The holder alone (waiters leave no node in this recipe): [] or [Contender]."""

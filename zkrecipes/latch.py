@@ -51,14 +51,14 @@ class LatchRun(ElectionCore):
         """Forget a cancel() that came before the latch started (its later campaigns forget none)."""
         self._cancelled = False
 
-    def _seen_by(self) -> Optional[Callable[[int], None]]:
-        """The election's ``seen`` (on_ahead's, the hooks'), and the latch told that its campaign waits."""
-        seen, queued = super()._seen_by(), self._queued
+    def _ahead_hook(self) -> Optional[Callable[[int], None]]:
+        """The election's ``on_ahead`` (on_ahead's, the hooks'), and the latch told that its campaign waits."""
+        also, queued = super()._ahead_hook(), self._queued
 
         def told(ahead: int) -> None:
             queued()
-            if seen is not None:
-                seen(ahead)
+            if also is not None:
+                also(ahead)
 
         return told
 

@@ -20,7 +20,7 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from . import formats, naming
 from ._drive import Driver, never
-from ._engine import SLEEP, DeadlinePassed, Listed, Read, Steps, Watch, Write, listing
+from ._engine import SLEEP, DeadlinePassed, DeleteVersion, Listed, Read, Steps, Watch, Write, listing
 from ._transport import Part
 from .errors import LockError
 
@@ -184,7 +184,7 @@ def _delete(node: str, token: int, data: bytes, version: int) -> Steps[str]:
         version = stat.version
     for _ in range(_TRIES):
         try:
-            yield Write(node, version)
+            yield DeleteVersion(node, version)
         except NoNodeError:
             return name  # gone already: released meanwhile, or our retried delete was applied
         except BadVersionError:  # its data changed (a revoke mark): read again

@@ -77,7 +77,7 @@ class SemaphoreRecipe(LockCore):
         data = naming.node_data(self.identifier, guid, self.host)
         prefix = naming.lease_prefix(self.host, self.max_leases)
         return _engine.acquire(self.path, self._acl, prefix, data, guid, self._rule, fmt=self._format,
-                               seen=self._seen_by(), peek=peek)
+                               on_ahead=self._ahead_hook(), peek=peek)
 
     def _acquire(self, me: Owner, blocking: bool) -> Steps[bool]:
         with self._state_lock:

@@ -173,7 +173,7 @@ class AioDriver(Transport):
 
     def _wake(self, event: Optional[WatchedEvent] = None) -> None:  # loop thread
         if event is not None:
-            self._seen(event)
+            self._watch_fired(event)
         elif _kazoo.is_stopped(self.client):  # a request in flight may never be answered now
             self._stop_with(lambda: client_closed(self.path))
         self._woken = True

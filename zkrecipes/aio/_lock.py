@@ -39,14 +39,15 @@ if TYPE_CHECKING:
     import zkrecipes.aio.once
 
 log = logging.getLogger("zkrecipes.aio")
-AFTER_TOLD_WAIT = 5.0  # how long the session thread waits for a busy loop to run the listeners it was handed
+# how long another thread waits, at most, for a busy event loop to run what it handed the loop (the
+# listeners of a change, a release's telling): past it, the waiting thread goes on
+LOOP_WAIT = 5.0
 
 # tasks that run an acquire for the task that called it (asyncio.wait_for on Python <= 3.11 and
 # ensure_future run the coroutine in a task of their own): what they acquire belongs to that caller
 _acting_for: "weakref.WeakKeyDictionary[asyncio.Task[Any], asyncio.Task[Any]]" = weakref.WeakKeyDictionary()
 # the gates whose holds each task is followed on (released when it ends)
 _followed: "weakref.WeakKeyDictionary[asyncio.Task[Any], weakref.WeakSet[Gate]]" = weakref.WeakKeyDictionary()
-LOOP_WAIT = 5.0  # seconds a hold released off the loop waits for the loop to tell its listeners
 
 
 def owner_of(task: "asyncio.Task[Any]") -> "asyncio.Task[Any]":
@@ -147,7 +148,7 @@ class AioFront(AsyncOnly, Participant):
             return True
         ran = threading.Event()
         call_soon(loop, ran.set)
-        return ran.wait(AFTER_TOLD_WAIT)
+        return ran.wait(LOOP_WAIT)
 
     async def _run(self, steps: Steps[T], deadline: Optional[float] = None, nowait: bool = False) -> T:
         driver = AioDriver(self.client, deadline, self.retry, nowait, self.path)

@@ -40,9 +40,9 @@ class Progress:
         from .._lock import on_ahead
 
         self.ahead: Optional[int] = None
-        on_ahead(lock, self.seen)
+        on_ahead(lock, self.waiting)
 
-    def seen(self, n: int) -> None:
+    def waiting(self, n: int) -> None:
         """The acquiring thread: ``n`` nodes are ahead of ours now."""
         if n != self.ahead:
             self.ahead = n

@@ -122,7 +122,7 @@ def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
     current: List[Dict[str, Any]] = []
     tty = sys.stdout.isatty()
 
-    def seen(listed: List[Listed], fresh: bool) -> None:
+    def on_listing(listed: List[Listed], fresh: bool) -> None:
         nonlocal since, shown, current
         if fresh:
             current = rows_of(listed)
@@ -147,7 +147,7 @@ def _watch_status(client: KazooClient, path: str, as_json: bool) -> None:
                     sys.stdout.write("\x1b[H\x1b[2J")
                 print(time.strftime("%H:%M:%S"), render_table(path, current), sep="\n", flush=True)
 
-    watch_queue(client, path, None, seen, threading.Event(), threading.Event(), 1.0, exclusive=True)
+    watch_queue(client, path, None, on_listing, threading.Event(), threading.Event(), 1.0, exclusive=True)
 
 
 def _frame(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:

@@ -131,8 +131,8 @@ def timed_acquire(
         call(hooks.acquired, recipe, path, end - start, outcome)
 
 
-def seen(hooks: Hooks, recipe: str, path: str, also: Optional[Callable[[int], None]]) -> Callable[[int], None]:
-    """The ``seen(n)`` an acquire is given: ``hooks.waiting``, then ``also`` (see ``on_ahead``)."""
+def on_ahead(hooks: Hooks, recipe: str, path: str, also: Optional[Callable[[int], None]]) -> Callable[[int], None]:
+    """The ``on_ahead(n)`` an acquire is given: ``hooks.waiting``, then ``also`` (see ``on_ahead``)."""
 
     def tell(n: int) -> None:
         call(hooks.waiting, recipe, path, n)
