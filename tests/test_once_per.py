@@ -135,14 +135,14 @@ def test_keep_expiry_opens_key_again(cli, job):
     first = cli.run(*lock_args(cli, "k", "--keep", "2s"), *job.cmd("first"))
     assert first.returncode == 0, first.stderr
     ended = time.monotonic()  # after the marker was written
-    skipped = cli.run(*lock_args(cli, "k", "--keep", "2s"), *job.cmd("early"))
-    assert skipped.returncode == 0 and len(job.runs()) == 1, skipped.stderr
 
     def rerun() -> bool:
         r = cli.run(*lock_args(cli, "k", "--keep", "2s"), *job.cmd("again"))
         assert r.returncode == 0, r.stderr
         return len(job.runs()) == 2
 
+    # runs until the job runs again; every run before the keep passed skipped it (a loaded machine may
+    # start the first of them after the keep already: the start time below is what decides)
     wait_until(rerun, "the key opens again once its 2 s keep passed")
     started = float(job.runs()[1].split()[1])
     assert started - ended >= 2.0 - 0.2  # judged by the server's clock; ours ticks at the same rate
