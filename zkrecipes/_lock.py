@@ -18,7 +18,7 @@ from typing import Any, Callable, List, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
 
-from . import _engine, _follow, _gate, _kazoo, _reaper, naming
+from . import _engine, _follow, _gate, _kazoo, _listing, _reaper, naming
 from . import metrics as _metrics
 from ._blocking import Blocking
 from ._drive import Driver, never
@@ -195,7 +195,7 @@ class Participant(Settings):
         raise NotImplementedError
 
     def _contenders(self) -> Steps[List[Contender]]:
-        return _engine.contenders(self.path)
+        return _listing.contenders(self.path)
 
 
 class LockCore(LockArgs, _follow.Revocable, Reports, Participant):

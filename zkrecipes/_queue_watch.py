@@ -2,7 +2,7 @@
 status --watch``.
 
 Each change of the path's children (a child watch; an exists watch while the path is missing) reads the
-one listing (:func:`zkrecipes._engine.listing`) again, run by the threaded driver on the calling thread:
+one listing (:func:`zkrecipes._listing.listing`) again, run by the threaded driver on the calling thread:
 no polling of ZooKeeper, one listing per change.
 """
 
@@ -15,7 +15,7 @@ import tenacity
 from kazoo.client import KazooClient
 
 from ._drive import Driver
-from ._engine import Listed, listing
+from ._listing import Listed, listing
 
 
 def watch_queue(

@@ -19,8 +19,9 @@ from typing import Any, Callable, Dict, Generator, List, Literal, Optional, Tupl
 from kazoo.exceptions import SessionExpiredError
 
 from . import _engine, naming, retry
-from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Listed, Steps
+from ._engine import Cancelled, DeadlinePassed, Delete, Entry, Steps
 from ._gate import release_hold
+from ._listing import Listed
 from ._lock import Listener, Participant, Threaded, predecessor
 from ._queue_watch import watch_queue
 from .errors import LockCancelled, LockError, LockLost

@@ -20,7 +20,8 @@ from kazoo.exceptions import BadVersionError, NoNodeError
 
 from . import formats, naming
 from ._drive import Driver, never
-from ._engine import SLEEP, DeadlinePassed, DeleteVersion, Listed, Read, Steps, Watch, Write, listing
+from ._engine import SLEEP, DeadlinePassed, DeleteVersion, Read, Steps, Watch, Write
+from ._listing import Listed, listing
 from ._transport import Part
 from .errors import LockError
 
@@ -67,7 +68,7 @@ def checked(client: object, path: object) -> Tuple[KazooClient, str]:
 
 def _holders_read(path: str) -> Steps[List[Listed]]:
     """The current holders of ``path`` in queue order, with the data and stat read with each: the one listing
-    (:func:`zkrecipes._engine.listing`: ExclusiveLock's ``lock`` node, and each queue node its recipe's
+    (:func:`zkrecipes._listing.listing`: ExclusiveLock's ``lock`` node, and each queue node its recipe's
     wait-rule finds unblocked, in any node format), synced first: our server has then seen every grant made
     before this call (a server lagging behind would show an older queue). [] if nobody holds."""
     return (yield from listing(path, synced=True, exclusive=True, holders=True))

@@ -28,7 +28,7 @@ from kazoo.exceptions import ConnectionLoss, KazooException
 from tooz import ToozError, coordination, locking, utils
 from tooz.drivers import zookeeper
 
-from . import _engine, _kazoo, formats, rwlock
+from . import _engine, _kazoo, _listing, formats, rwlock
 from ._drive import Driver, never
 from ._engine import SESSION, Read, ReadAll, Steps
 from ._lock import on_ahead
@@ -45,10 +45,10 @@ FORMAT = formats.KAZOO  # tooz's own driver makes kazoo Locks: the same queue, o
 
 
 def _break_holders(path: str) -> Steps[bool]:
-    """Break every node of ``path`` that holds now (the one listing, :func:`zkrecipes._engine.contenders`), each
+    """Break every node of ``path`` that holds now (the one listing, :func:`zkrecipes._listing.contenders`), each
     by its token with :func:`zkrecipes.revoke.break_steps`; True if one was deleted. A node gone or no longer
     a holder by then is left alone (a node queued meanwhile is never touched)."""
-    names = [f"{path}/{c.node}" for c in _holders((yield from _engine.contenders(path)))]
+    names = [f"{path}/{c.node}" for c in _holders((yield from _listing.contenders(path)))]
     broke = False
     for reply in (yield ReadAll(names)) if names else []:  # their tokens, pipelined: one round trip
         if isinstance(reply, BaseException):

@@ -1,4 +1,4 @@
-"""The one listing of who holds and who waits (``_engine.listing``), driven by scripted replies: what it
+"""The one listing of who holds and who waits (``_listing.listing``), driven by scripted replies: what it
 asks for, in order, and what it makes of the answers -- as ``contenders()``, ``zkrecipes status``,
 revoke/break and the shared watch loop use it."""
 
@@ -8,7 +8,7 @@ import pytest
 from kazoo.exceptions import ConnectionLoss, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
-from zkrecipes import _engine as p
+from zkrecipes import _listing as p
 
 
 def stat(czxid: int, version: int = 0) -> ZnodeStat:

@@ -1,6 +1,6 @@
 """``zkrecipes status``: who holds and who waits at a path, as a table or JSON, once or ``--watch``-ed.
 
-Rows come from the one listing (:func:`zkrecipes._engine.listing`, synced: what revoke and break act on),
+Rows come from the one listing (:func:`zkrecipes._listing.listing`, synced: what revoke and break act on),
 and ``--watch`` follows the path with the one child-watch loop (:func:`zkrecipes._queue_watch.watch_queue`), the
 same as :class:`zkrecipes.LeaderWatch`: one listing per change, no polling.
 """
@@ -21,15 +21,15 @@ from .exits import Terminated
 if TYPE_CHECKING:
     from kazoo.client import KazooClient
 
-    from .._engine import Listed
+    from .._listing import Listed
 
 
 def queue_status(client: KazooClient, path: str) -> List[Dict[str, Any]]:
     """Rows describing the queue at ``path`` (and its exclusive ``lock`` node first), in queue order."""
-    from .. import _engine
+    from .. import _listing
     from .._drive import Driver, never
 
-    listed = Driver(client, None, never, None, path=path).run(_engine.listing(path, synced=True, exclusive=True))
+    listed = Driver(client, None, never, None, path=path).run(_listing.listing(path, synced=True, exclusive=True))
     return rows_of(listed)
 
 
