@@ -27,7 +27,7 @@ from zkrecipes import (
     naming,
     request_revoke,
 )
-from zkrecipes._engine import ranked
+from zkrecipes._listing import ranked
 
 
 def holders(children: list) -> list:

@@ -30,12 +30,11 @@ from tooz.drivers import zookeeper
 
 from . import _engine, _kazoo, _listing, formats, rwlock
 from ._drive import Driver, never
-from ._engine import SESSION, Read, ReadAll, Steps
+from ._engine import SESSION, Steps
 from ._lock import on_ahead
 from .election import CANDIDATE, LEADER, LeaderElection
 from .errors import ClientClosed, LockError, LockLost
 from .latch import LeaderLatch
-from .naming import Contender
 from .revoke import break_steps
 from .session import LOST, SUSPENDED
 
@@ -45,16 +44,13 @@ FORMAT = formats.KAZOO  # tooz's own driver makes kazoo Locks: the same queue, o
 
 
 def _break_holders(path: str) -> Steps[bool]:
-    """Break every node of ``path`` that holds now (the one listing, :func:`zkrecipes._listing.contenders`), each
+    """Break every node of ``path`` that holds now (the one listing, :func:`zkrecipes._listing.listing`), each
     by its token with :func:`zkrecipes.revoke.break_steps`; True if one was deleted. A node gone or no longer
     a holder by then is left alone (a node queued meanwhile is never touched)."""
-    names = [f"{path}/{c.node}" for c in _holders((yield from _listing.contenders(path)))]
     broke = False
-    for reply in (yield ReadAll(names)) if names else []:  # their tokens, pipelined: one round trip
-        if isinstance(reply, BaseException):
-            continue  # gone since the listing
+    for listed in (yield from _listing.listing(path, holders=True)):
         try:
-            yield from break_steps(path, reply[1].czxid)
+            yield from break_steps(path, listed.stat.czxid)
         except LockError:  # gone or changed since we looked: nothing deleted
             continue
         broke = True
@@ -62,17 +58,12 @@ def _break_holders(path: str) -> Steps[bool]:
 
 
 def _ours(node: str) -> Steps[bool]:
-    """Is ``node`` still ours: ZooKeeper's answer now (synced: a lagging follower must not say yes), by the
-    engine's read and ownership test. ConnectionLoss at once without a connection (nobody can say)."""
-    if (yield SESSION) is None:
+    """Is ``node`` still ours: the core's one confirm step (:func:`zkrecipes._engine.still_ours`), synced (a
+    lagging follower must not say yes). ConnectionLoss at once without a connection (nobody can say)."""
+    session = yield SESSION
+    if session is None:
         raise ConnectionLoss("not connected")
-    stat, session = yield from _engine.in_session(Read("exists", node, once=True, synced=True))
-    return _engine.owns(stat, session)
-
-
-def _holders(contenders: List[Contender]) -> List[Contender]:
-    """The nodes that hold (by each one's wait-rule: :attr:`Contender.holding <zkrecipes.Contender.holding>`)."""
-    return [c for c in contenders if c.holding]
+    return (yield from _engine.still_ours(node, session, synced=True, once=True))
 
 
 class ZkrecipesLock(locking.Lock):
