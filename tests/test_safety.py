@@ -3,7 +3,7 @@
 Runs ``python -m lab.run --seed 1`` -- the zkrecipes trial (FairLock, ReadWriteLock and
 LeaderElection, 8 worker processes) under each nemesis fault once -- in a subprocess with a deadline, and
 fails if the checker found, for any zkrecipes recipe, anything docs/safety.rst claims never happens
-(``lab.run.HARD_CHECKS``: accepted and unsafe overlaps, lost increments, grants out of order, late or
+(``lab.catalog.HARD_CHECKS``: accepted and unsafe overlaps, lost increments, grants out of order, late or
 missed loss notices, orphan nodes, hung workers), or if the run did not exercise what it claims (every
 fault injected, every holder fault kind struck a holder, grants, readers together). The lab's own verdict
 (exit status, ``passed``) covers the same ground, so ``make safety`` fails on it too. The histories stay
@@ -23,8 +23,8 @@ import time
 import pytest
 from toolskip import missing_tool
 
+from lab.catalog import HARD_CHECKS, HOLDER_FAULTS, hard_checks
 from lab.multilock_trial import deadlocks
-from lab.run import HARD_CHECKS, HOLDER_FAULTS, hard_checks
 from zkrecipes import FairLock, MultiLock
 from zkrecipes.testing import ZooKeeperNotFound, find_classpath
 

@@ -1,4 +1,4 @@
-"""The lab's verdict (lab.run.assemble): baselines are marked and reported, only zkrecipes entries fail a run,
+"""The lab's verdict (lab.results.assemble): baselines are marked and reported, only zkrecipes entries fail a run,
 and a zkrecipes entry fails on every count docs/safety.rst claims is 0 for it."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from lab.run import HARD_CHECKS, Settings, Trial, assemble
+from lab.catalog import HARD_CHECKS, Settings
+from lab.results import assemble
+from lab.trial import Trial
 
 
 def _totals(**bad):

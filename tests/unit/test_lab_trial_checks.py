@@ -122,7 +122,8 @@ def test_txn_checker_a_refused_fenced_commit_costs_nothing(tmp_path):
 
 
 def test_the_unfenced_control_and_kazoos_semaphore_are_baselines():
-    from lab.run import Settings, assemble
+    from lab.catalog import Settings
+    from lab.results import assemble
 
     def totals(**bad):
         t = {"accepted_overlaps": 0, "unsafe": 0, "unsafe_accepted": 0, "lost_increments": 0, "out_of_order": 0,
