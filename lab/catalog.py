@@ -102,12 +102,17 @@ class Settings:
         self.workers = 8
         self.session_timeout = 3.0
         self.repeat = 1
+        self.repeats: dict = {}  # trial -> instances of each fault kind, where it differs from ``repeat``
         self.settle = 1.0
         self.hold = (0.02, 0.15)
         self.trials = ("zk",)
         self.faults: Optional[tuple] = None  # --faults: only these kinds
         self.long = False
         self.__dict__.update(kw)
+
+    def repeat_of(self, trial: str) -> int:
+        """Instances of each fault kind in ``trial``."""
+        return int(self.repeats.get(trial, self.repeat))
 
 
 

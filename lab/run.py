@@ -220,7 +220,8 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--trials", help=f"comma-separated subset of {','.join(TRIALS)} (default: zk; --long: all)")
     p.add_argument("--faults", help=f"comma-separated fault kinds, only these (default: all; the short run of "
                                     f"{', '.join(TRIAL_MODULES)}: {', '.join(SHORT_KINDS)})")
-    p.add_argument("--repeat", type=int, help="instances of each fault kind (default 1; --long: 3)")
+    p.add_argument("--repeat", help="instances of each fault kind (default 1; --long: 3); comma-separated, "
+                                   "TRIAL=N items set it for one trial (--repeat revoke=2)")
     p.add_argument("--workers", type=int, default=8, help="worker processes per trial (default 8)")
     p.add_argument("--session-timeout", type=float, default=3.0, help="session timeout / lock lease, s (3)")
     p.add_argument("--keep-history", action="store_true", help="keep every history file under OUT/history")
@@ -231,6 +232,15 @@ def main(argv: Optional[list] = None) -> int:
     for t in trials:
         if t not in TRIALS:
             p.error(f"unknown trial {t!r}; choose from {', '.join(TRIALS)}")
+    repeat, repeats = None, {}
+    for item in args.repeat.split(",") if args.repeat else ():
+        trial, _, n = item.rpartition("=")
+        if not n.isdigit() or int(n) < 1 or (trial and trial not in TRIALS):
+            p.error(f"bad --repeat item {item!r}: N or TRIAL=N (N >= 1, TRIAL one of {', '.join(TRIALS)})")
+        if trial:
+            repeats[trial] = int(n)
+        else:
+            repeat = int(n)
     faults = tuple(args.faults.split(",")) if args.faults else None
     for k in faults or ():
         if k not in FAULT_KINDS:
@@ -238,7 +248,7 @@ def main(argv: Optional[list] = None) -> int:
     st = Settings(
         seed=args.seed, workers=args.workers, session_timeout=args.session_timeout, long=args.long, trials=trials,
         faults=faults,
-        repeat=args.repeat or (3 if args.long else 1), settle=2.0 if args.long else 1.0,
+        repeat=repeat or (3 if args.long else 1), repeats=repeats, settle=2.0 if args.long else 1.0,
         argv=list(sys.argv[1:] if argv is None else argv),
     )
     signal.signal(signal.SIGTERM, _on_sigterm)

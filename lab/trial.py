@@ -440,7 +440,7 @@ class Trial:
 
     # -- the run -----------------------------------------------------------------------------------------------
     def schedule(self) -> list:
-        kinds = [k for k in self.kinds for _ in range(self.st.repeat)]
+        kinds = [k for k in self.kinds for _ in range(self.st.repeat_of(self.name))]
         self.rnd.shuffle(kinds)
         if self.quick:  # each fault at a zkrecipes recipe in turn
             mine = [i for i in self.impls if i not in BASELINES]
