@@ -91,6 +91,7 @@ def short_runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShortRuns]:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    (out / "lab-run.log").write_text(stderr)  # the nemesis's own account, kept beside the histories
     results = out / "results.json"
     assert results.exists(), f"no results (exit {proc.returncode})\n{stderr[-3000:]}"
     yield ShortRuns(json.loads(results.read_text()), stderr, out, proc.returncode)
