@@ -208,6 +208,21 @@ def run(st: Settings, out: str, keep_history: bool = False, say: Callable[[str],
     return results
 
 
+def parse_repeat(text: str) -> tuple:
+    """``--repeat``'s value: ``(N or None, {trial: N})`` from comma-separated ``N`` and ``TRIAL=N`` items;
+    ValueError naming a bad item."""
+    repeat, repeats = None, {}
+    for item in text.split(",") if text else ():
+        trial, _, n = item.rpartition("=")
+        if not n.isdigit() or int(n) < 1 or (trial and trial not in TRIALS):
+            raise ValueError(f"bad --repeat item {item!r}: N or TRIAL=N (N >= 1, TRIAL one of {', '.join(TRIALS)})")
+        if trial:
+            repeats[trial] = int(n)
+        else:
+            repeat = int(n)
+    return repeat, repeats
+
+
 def _on_sigterm(signum, frame) -> None:
     raise SystemExit(128 + signum)
 
@@ -232,15 +247,10 @@ def main(argv: Optional[list] = None) -> int:
     for t in trials:
         if t not in TRIALS:
             p.error(f"unknown trial {t!r}; choose from {', '.join(TRIALS)}")
-    repeat, repeats = None, {}
-    for item in args.repeat.split(",") if args.repeat else ():
-        trial, _, n = item.rpartition("=")
-        if not n.isdigit() or int(n) < 1 or (trial and trial not in TRIALS):
-            p.error(f"bad --repeat item {item!r}: N or TRIAL=N (N >= 1, TRIAL one of {', '.join(TRIALS)})")
-        if trial:
-            repeats[trial] = int(n)
-        else:
-            repeat = int(n)
+    try:
+        repeat, repeats = parse_repeat(args.repeat or "")
+    except ValueError as exc:
+        p.error(str(exc))
     faults = tuple(args.faults.split(",")) if args.faults else None
     for k in faults or ():
         if k not in FAULT_KINDS:

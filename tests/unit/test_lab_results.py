@@ -114,3 +114,28 @@ def test_the_nemesis_tells_whether_a_holder_fault_struck_its_hold(tmp_path):
         f.write(json.dumps({"t": 20.1, "ev": "fault_end", "id": "gone"}) + "\n")
     assert trial.struck("gone") and not trial.struck(None) and not trial.struck("unknown")
     trial.journal.close()
+
+
+def test_repeat_per_trial_multiplies_only_that_trials_faults(tmp_path):
+    """``--repeat revoke=2``: the revoke trial injects each of its kinds twice, the others once, as they would
+    in invocations of their own (test_safety runs every short trial in one)."""
+    import pytest
+
+    from lab.run import parse_repeat
+
+    assert parse_repeat("") == (None, {})
+    assert parse_repeat("3,revoke=2") == (3, {"revoke": 2})
+    for bad in ("0", "revoke=", "nosuch=2", "x"):
+        with pytest.raises(ValueError, match="bad --repeat item"):
+            parse_repeat(bad)
+    st = Settings(repeats={"revoke": 2})
+    plans = {}
+    for name in ("revoke", "handover", "zk"):
+        (tmp_path / name).mkdir()
+        plans[name] = Trial(name, st, str(tmp_path / name), print, None, None).schedule()
+    assert sorted(k for k, _ in plans["revoke"]) == ["pause", "pause", "session-expiry", "session-expiry"]
+    assert sorted(k for k, _ in plans["handover"]) == ["pause", "session-expiry"]
+    assert len(plans["zk"]) == 8  # every fault kind once
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    assert Trial("revoke", Settings(repeat=2), str(alone), print, None, None).schedule() == plans["revoke"]
