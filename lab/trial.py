@@ -36,7 +36,7 @@ from .catalog import (
     TRIALS,
     Settings,
 )
-from .check import _load_jsonl, struck_at
+from .check import _load_jsonl, frozen_after, struck_at
 from .fenced import FencedRegister
 from .redis_server import RedisServer
 
@@ -373,9 +373,16 @@ class Trial:
         mine = {e["ev"]: e for e in _load_jsonl(self.journal.path) if e.get("id") == fid}
         if "fault_start" not in mine or "fault_end" not in mine:
             return False
-        at = struck_at({"kind": mine["fault_start"]["kind"], "start": mine["fault_start"]["t"],
-                        "end": mine["fault_end"]["t"]})
-        released = [e["t"] for e in _load_jsonl(history) if e["ev"] == "release_start" and e.get("hold") == hold]
+        fault = {"kind": mine["fault_start"]["kind"], "start": mine["fault_start"]["t"], "end": mine["fault_end"]["t"],
+                 "target_pid": mine["fault_start"].get("target_pid")}
+        if "stopped" in mine["fault_end"]:
+            fault["stopped"] = mine["fault_end"]["stopped"]
+        events = _load_jsonl(history)
+        frozen = frozen_after(fault, events)  # a pause that took effect late: as the checker sees it
+        if frozen is not None:
+            fault["frozen"] = frozen
+        at = struck_at(fault)
+        released = [e["t"] for e in events if e["ev"] == "release_start" and e.get("hold") == hold]
         return not released or released[0] >= at
 
     def _expire(self, base: dict, slot: Slot) -> None:

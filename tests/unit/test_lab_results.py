@@ -139,3 +139,25 @@ def test_repeat_per_trial_multiplies_only_that_trials_faults(tmp_path):
     alone = tmp_path / "alone"
     alone.mkdir()
     assert Trial("revoke", Settings(repeat=2), str(alone), print, None, None).schedule() == plans["revoke"]
+
+
+def test_the_nemesis_sees_a_late_pause_as_the_checker_does(tmp_path):
+    """Trial.struck (whether to inject a holder fault again) agrees with the checker: a pause whose target
+    still recorded its release_start after the SIGSTOP was sent did not strike that hold."""
+    import json
+
+    for release_start, struck in ((1.09, False), (1.05, True)):
+        d = tmp_path / f"r{release_start}"
+        d.mkdir()
+        trial = Trial("zk", Settings(), str(d), print, None, None)
+        history = d / "w-1-0.jsonl"
+        history.write_text("".join(json.dumps(e) + "\n" for e in (
+            {"t": 0.9, "ev": "grant", "pid": 7, "hold": "a"},
+            {"t": release_start, "ev": "release_start", "pid": 7, "hold": "a"},
+            {"t": 6.01, "ev": "release", "pid": 7, "hold": "a"})))
+        with open(trial.journal.path, "w") as f:
+            f.write(json.dumps({"t": 1.0, "ev": "fault_start", "id": "zk-1", "kind": "pause", "target_pid": 7}) + "\n")
+            f.write(json.dumps({"t": 6.0, "ev": "fault_end", "id": "zk-1", "stopped": 1.07}) + "\n")
+        trial.targets["zk-1"] = (str(history), "a")
+        assert trial.struck("zk-1") is struck, release_start
+        trial.journal.close()
