@@ -23,14 +23,20 @@ $(OLDEST_KAZOO_DIR):
 	rm -rf $@.tmp && $(PY) -m pip install -q --disable-pip-version-check --target $@.tmp kazoo==$(KAZOO_OLDEST) six
 	mv $@.tmp $@
 
+# TEST_JOBS=2 runs the main pytest in two processes (pytest-xdist, one file per process at a time, each process
+# its own ensemble); default 1 until the whole suite is shown not flaky that way on a loaded 2-CPU machine
+TEST_JOBS ?= 1
+XDIST_ARGS := $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
+
 test: setup $(OLDEST_KAZOO_DIR)
+	@mkdir -p .venv-pythons && bash scripts/test-pythons.sh prepare >.venv-pythons/prepare.log 2>&1 &  # the other Pythons' venvs, made meanwhile
 	$(PY) -m ruff check zkrecipes tests bench lab
 	$(PY) -m mypy --strict zkrecipes  # the whole installed package (the lab lives outside it, in lab/)
 	$(PY) -m mypy --strict tests/typing_check.py  # a misspelt constructor keyword is a type error (both fronts)
 	$(PY) -m pytest -p no:cacheprovider -q tests/unit
 	ZKRECIPES_EXPECT_KAZOO=$(KAZOO_OLDEST) PYTHONPATH=$(OLDEST_KAZOO_DIR) \
 		$(PY) -m pytest -p no:cacheprovider -q tests/test_kazoo_seam.py
-	$(PY) -m pytest -p no:cacheprovider $(PYTEST_ARGS) --ignore=tests/unit tests
+	$(PY) -m pytest -p no:cacheprovider $(XDIST_ARGS) $(PYTEST_ARGS) --ignore=tests/unit tests
 	@bash scripts/test-pythons.sh  # unit tier + asyncio/lock cut on every other Python 3.10-3.13 found (pyenv)
 	$(MAKE) --no-print-directory docs
 

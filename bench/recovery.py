@@ -215,6 +215,7 @@ def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: st
         sid_hex, pw_hex = holder.need("session", deadline)[1:3]
         holder.need("held", deadline)
         gone: List[int] = []  # when an observer session (the admin client) saw the holder's node go
+        admin.sync(path)  # the admin session may be on a follower that has not applied the holder's create yet
         (node,) = admin.get_children(path)
         if admin.exists(f"{path}/{node}", watch=lambda _event: gone.append(time.monotonic_ns())) is None:
             raise RuntimeError("the holder's node went before the fault")

@@ -71,7 +71,7 @@ def _objects(w, impl: str, client, path: str, rnd):
 async def _loop(w, impl: str, k: int, client, path: str, rnd) -> None:
     from zkrecipes import LockLost
 
-    from .worker import _seq, _sid
+    from .worker_base import _seq, _sid
 
     objs, pick = _objects(w, impl, client, path, rnd)
     current: dict = {}

@@ -85,8 +85,23 @@ ROW_KEYS = (
 
 def struck_at(fault: dict) -> float:
     """When a fault strikes its target: an expiry when it is done (its end), the other faults when they
-    begin. A hold struck is one in progress at that moment."""
-    return fault["end"] if fault["kind"] in EXPIRIES else fault["start"]
+    begin -- a pause, once the target is frozen, when it recorded a step after the nemesis's SIGSTOP (its
+    ``frozen``, see :func:`frozen_after`). A hold struck is one in progress at that moment."""
+    if fault["kind"] in EXPIRIES:
+        return float(fault["end"])
+    return float(fault.get("frozen", fault["start"]))
+
+
+def frozen_after(fault: dict, events: list) -> Optional[float]:
+    """For a ``pause``: just after the target's last recorded step once the nemesis had sent SIGSTOP
+    (``stopped``), if it recorded any before the pause's midpoint -- a stopped process records nothing, so
+    it was still running then (on a loaded machine a stop can take effect milliseconds late); else None.
+    A hold whose release began in that gap was not struck: it let go before it was frozen."""
+    if fault["kind"] != "pause" or "stopped" not in fault or not fault.get("target_pid"):
+        return None
+    mid = (fault["stopped"] + fault["end"]) / 2
+    late = [e["t"] for e in events if e.get("pid") == fault["target_pid"] and fault["stopped"] < e["t"] < mid]
+    return max(late) + 1e-6 if late else None
 
 
 RACE_FINDINGS = {"expiry": "raced an instant expiry", "pause": "frozen between check and act"}
@@ -190,6 +205,10 @@ def check_trial(path: str, logs: Optional[dict] = None) -> dict:
             f = dict(s)
             f["start"], f["end"] = s["t"], s["t"] + tail
             faults.append(f)
+    for f in faults:
+        frozen = frozen_after(f, events)
+        if frozen is not None:
+            f["frozen"] = frozen
     win = Windows(faults, tail)
     kills = {f["target_pid"]: f["start"] for f in faults if f["kind"] == "holder-kill" and f.get("target_pid")}
     last_t = defaultdict(float)

@@ -28,7 +28,7 @@ def run_worker(w) -> None:
     from zkrecipes import FairLock, LockLost
 
     from .fenced import FencedRegister
-    from .worker import _seq, _sid
+    from .worker_base import _seq, _sid
 
     impl = "handover"
     client = w.connect()

@@ -41,7 +41,7 @@ from zkrecipes.testing import _java
 
 from .check import ROW_KEYS, Windows, _load_jsonl, check_trial
 from .fenced import read_log
-from .run import Slot, Trial
+from .trial import Slot, Trial
 
 SHORT_KINDS = ("session-expiry", "pause")
 PER_JVM = 2  # Curator contenders per JVM (each with its own session): 2 cores, keep JVMs few
@@ -63,7 +63,7 @@ def skip_reason(name: str) -> Optional[str]:
 
 
 class MixedTrial(Trial):
-    """A mixed fleet on one path and one fenced register, under :class:`lab.run.Trial`'s nemesis."""
+    """A mixed fleet on one path and one fenced register, under :class:`lab.trial.Trial`'s nemesis."""
 
     def __init__(self, name: str, st, workdir: str, say, ensemble) -> None:
         super().__init__(name, st, workdir, say, ensemble, None)

@@ -31,7 +31,7 @@ import time
 from typing import Callable, Optional
 
 from .fenced import FencedRegister, StaleToken
-from .worker import NotHeld, Worker, _seq, _sid
+from .worker_base import NotHeld, Worker, _seq, _sid
 
 REFUSAL_ATTEMPTS = 5
 

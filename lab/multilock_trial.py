@@ -40,7 +40,7 @@ def run_worker(w) -> None:
     from zkrecipes import FairLock, LockLost, MultiLock
 
     from .fenced import FencedRegister, StaleToken
-    from .worker import _sid
+    from .worker_base import _sid
 
     client = w.connect()
     root = w.cfg["root"]

@@ -64,7 +64,7 @@ def run_worker(w) -> None:
     from zkrecipes import FairLock, LockLost
 
     from .fenced import FencedRegister, StaleToken
-    from .worker import _seq, _sid
+    from .worker_base import _seq, _sid
 
     impl = "revoke"
     client = w.connect()
@@ -145,7 +145,7 @@ def _operator(trial) -> None:
 
     from zkrecipes import LockError, break_lock, request_revoke
 
-    from .worker import FAST_RECONNECT
+    from .worker_base import FAST_RECONNECT
 
     path = trial.paths["revoke"]
     rnd = random.Random(f"{trial.st.seed}-operator")

@@ -78,7 +78,7 @@ def run_worker(w) -> None:
 def loop_zkrecipes(w, client, paths, rnd) -> None:
     from zkrecipes import LockLost, Semaphore
 
-    from .worker import _seq, _sid
+    from .worker_base import _seq, _sid
 
     sem = Semaphore(client, paths["sem"], LEASES, identifier=w.ident)
     current: dict = {}
@@ -119,7 +119,7 @@ def loop_zkrecipes(w, client, paths, rnd) -> None:
 def loop_kazoo(w, client, paths, rnd) -> None:
     from kazoo.exceptions import CancelledError, LockTimeout
 
-    from .worker import NotHeld, _sid
+    from .worker_base import NotHeld, _sid
 
     path = paths["kazoo-sem"]
 

@@ -75,7 +75,7 @@ def run_worker(w) -> None:
 
     from zkrecipes import FairLock, LockLost
 
-    from .worker import _seq, _sid
+    from .worker_base import _seq, _sid
 
     impl = IMPLS[w.slot % 2]
     client = w.connect()

@@ -5,8 +5,11 @@
 # threading, typing at import). Each gets a venv in .venv-pythons/<version> (made once per setup.cfg).
 # Says which Pythons it ran, and which it did not find (under CI=true a missing one fails it, as tests/toolskip.py
 # fails a test whose tool is missing).
+# `test-pythons.sh prepare` only makes the venvs (make test starts it in the background first, so they are
+# ready by the time the tests need them); a run waits for a prepare still making the same venv (flock).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mode="${1:-run}"
 PYENV_ROOT="${PYENV_ROOT:-/root/.pyenv}"
 SUPPORTED="3.10 3.11 3.12 3.13"   # python_requires and the classifiers name exactly these
 default=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -20,16 +23,22 @@ for minor in $SUPPORTED; do
   if [ -z "$py" ]; then missing+=("$minor"); continue; fi
   venv=".venv-pythons/$minor"
   stamp="$venv/.zkrecipes-$(cksum < setup.cfg | cut -d' ' -f1)"
-  if [ ! -f "$stamp" ]; then
-    rm -rf "$venv" && "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
-    "$venv/bin/python" -c 'import zkrecipes, pytest, puresasl' && touch "$stamp"
-  fi
+  mkdir -p .venv-pythons
+  (
+    flock 9  # one maker per venv: a run waits here for a background prepare of the same venv
+    if [ ! -f "$stamp" ]; then
+      rm -rf "$venv" && "$py" -m venv "$venv"
+      "$venv/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]" 2>&1 | grep -v '^WARNING: Location' || true
+      "$venv/bin/python" -c 'import zkrecipes, pytest, puresasl' && touch "$stamp"
+    fi
+  ) 9>".venv-pythons/$minor.lock"
+  [ "$mode" = prepare ] && continue
   version=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
   echo "== Python $version: ${SUBSET[*]} (-k lean cut)"
   "$venv/bin/python" -m pytest -p no:cacheprovider -q "${SUBSET[@]}" -k "$LEAN"
   ran+=("$version")
 done
+[ "$mode" = prepare ] && exit 0
 echo "== Pythons: the whole suite on $(.venv/bin/python -c 'import platform; print(platform.python_version())') (.venv);" \
      "unit + asyncio/lock cut on: ${ran[*]:-none}${missing:+; not found: ${missing[*]}}"
 # CI (CI=true, as .ci/run sets) has every supported Python under pyenv: one missing is a broken set-up, not a skip

@@ -8,9 +8,10 @@ import json
 import os
 import time
 
+from lab.catalog import Settings
 from lab.fenced import FencedRegister, StaleToken
 from lab.mixed_trial import check
-from lab.run import Settings, assemble
+from lab.results import assemble
 
 PATH = "/zkrecipes-chaos/x-mixed-kazoo/mixed-kazoo"
 GOOD = ("/p: refusing to queue with protocol='zkrecipes': child 'x__lock__0000000001' is a kazoo Lock node; "

@@ -10,7 +10,7 @@ import json
 import os
 
 from lab import handover_trial, multilock_trial, revoke_trial
-from lab.run import hard_checks
+from lab.catalog import hard_checks
 
 
 def _state(t: float, pid: int, lock: str, state: str) -> dict:

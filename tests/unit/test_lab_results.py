@@ -1,4 +1,4 @@
-"""The lab's verdict (lab.run.assemble): baselines are marked and reported, only zkrecipes entries fail a run,
+"""The lab's verdict (lab.results.assemble): baselines are marked and reported, only zkrecipes entries fail a run,
 and a zkrecipes entry fails on every count docs/safety.rst claims is 0 for it."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ import json
 
 import pytest
 
-from lab.run import HARD_CHECKS, Settings, Trial, assemble
+from lab.catalog import HARD_CHECKS, Settings
+from lab.results import assemble
+from lab.trial import Trial
 
 
 def _totals(**bad):
@@ -112,3 +114,50 @@ def test_the_nemesis_tells_whether_a_holder_fault_struck_its_hold(tmp_path):
         f.write(json.dumps({"t": 20.1, "ev": "fault_end", "id": "gone"}) + "\n")
     assert trial.struck("gone") and not trial.struck(None) and not trial.struck("unknown")
     trial.journal.close()
+
+
+def test_repeat_per_trial_multiplies_only_that_trials_faults(tmp_path):
+    """``--repeat revoke=2``: the revoke trial injects each of its kinds twice, the others once, as they would
+    in invocations of their own (test_safety runs every short trial in one)."""
+    import pytest
+
+    from lab.run import parse_repeat
+
+    assert parse_repeat("") == (None, {})
+    assert parse_repeat("3,revoke=2") == (3, {"revoke": 2})
+    for bad in ("0", "revoke=", "nosuch=2", "x"):
+        with pytest.raises(ValueError, match="bad --repeat item"):
+            parse_repeat(bad)
+    st = Settings(repeats={"revoke": 2})
+    plans = {}
+    for name in ("revoke", "handover", "zk"):
+        (tmp_path / name).mkdir()
+        plans[name] = Trial(name, st, str(tmp_path / name), print, None, None).schedule()
+    assert sorted(k for k, _ in plans["revoke"]) == ["pause", "pause", "session-expiry", "session-expiry"]
+    assert sorted(k for k, _ in plans["handover"]) == ["pause", "session-expiry"]
+    assert len(plans["zk"]) == 8  # every fault kind once
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    assert Trial("revoke", Settings(repeat=2), str(alone), print, None, None).schedule() == plans["revoke"]
+
+
+def test_the_nemesis_sees_a_late_pause_as_the_checker_does(tmp_path):
+    """Trial.struck (whether to inject a holder fault again) agrees with the checker: a pause whose target
+    still recorded its release_start after the SIGSTOP was sent did not strike that hold."""
+    import json
+
+    for release_start, struck in ((1.09, False), (1.05, True)):
+        d = tmp_path / f"r{release_start}"
+        d.mkdir()
+        trial = Trial("zk", Settings(), str(d), print, None, None)
+        history = d / "w-1-0.jsonl"
+        history.write_text("".join(json.dumps(e) + "\n" for e in (
+            {"t": 0.9, "ev": "grant", "pid": 7, "hold": "a"},
+            {"t": release_start, "ev": "release_start", "pid": 7, "hold": "a"},
+            {"t": 6.01, "ev": "release", "pid": 7, "hold": "a"})))
+        with open(trial.journal.path, "w") as f:
+            f.write(json.dumps({"t": 1.0, "ev": "fault_start", "id": "zk-1", "kind": "pause", "target_pid": 7}) + "\n")
+            f.write(json.dumps({"t": 6.0, "ev": "fault_end", "id": "zk-1", "stopped": 1.07}) + "\n")
+        trial.targets["zk-1"] = (str(history), "a")
+        assert trial.struck("zk-1") is struck, release_start
+        trial.journal.close()

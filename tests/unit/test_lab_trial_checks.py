@@ -122,7 +122,8 @@ def test_txn_checker_a_refused_fenced_commit_costs_nothing(tmp_path):
 
 
 def test_the_unfenced_control_and_kazoos_semaphore_are_baselines():
-    from lab.run import Settings, assemble
+    from lab.catalog import Settings
+    from lab.results import assemble
 
     def totals(**bad):
         t = {"accepted_overlaps": 0, "unsafe": 0, "unsafe_accepted": 0, "lost_increments": 0, "out_of_order": 0,
@@ -155,6 +156,28 @@ def test_an_expiry_needs_a_notice_only_from_a_hold_it_struck(tmp_path):
         t = r["totals"]
         assert (t["notices_needed"], t["notices_got"]) == (needed, 0), release_at
         assert r["rows"]["session-expiry"]["hits"] == needed, release_at  # a hit is a hold the fault struck
+
+
+def test_a_pause_strikes_a_hold_only_once_its_target_is_frozen(tmp_path):
+    """A SIGSTOP can take effect milliseconds after the nemesis sent it (seen at a load of 10 on 2 CPUs): a
+    target that still recorded its release_start after ``stopped`` let go before it was frozen -- no notice
+    is owed and the pause did not strike that hold. A hold still in progress when the target went quiet is
+    struck as before, and owes its notice."""
+    from lab.check import check_trial
+
+    # pause sent at 1.0 (fault_start), SIGSTOP returned at 1.07 (stopped), SIGCONT at 6.0 (fault_end)
+    for release_start, needed in ((1.09, 0), (1.05, 1), (6.5, 1)):
+        d = tmp_path / f"r{release_start}"
+        d.mkdir()
+        tr = Trial(d, ["fair"], faults=[("pause", 1.0, 6.0, 1, 1.07)])
+        tr.ev(0.89, 1, "acquire", "fair", req="a", mode="x")
+        tr.ev(0.9, 1, "grant", "fair", req="a", hold="a", mode="x", token=None, seq=1)
+        tr.ev(release_start, 1, "release_start", "fair", hold="a")
+        tr.ev(6.01, 1, "release", "fair", hold="a")
+        r = check_trial(str(d))["impls"]["fair"]
+        t = r["totals"]
+        assert (t["notices_needed"], t["notices_got"]) == (needed, 0), release_start
+        assert r["rows"]["pause"]["hits"] == needed, release_start
 
 
 def _expired_leaseholder(tmp_path, monkeypatch, heard_at: float) -> dict:

@@ -178,3 +178,88 @@ def test_kazoo_internals_only_in_the_seam():
                 if module not in KAZOO_PUBLIC or any(_private(x) for x in names):
                     wrong.append(f"{path.relative_to(PKG.parent)}:{n.lineno}: {ast.unparse(n)}")
     assert not wrong, "kazoo internals outside zkrecipes/_kazoo.py:\n" + "\n".join(wrong)
+
+
+# -- what lab/ and bench/ may take from the package ---------------------------------------------------------------
+# lab/ and bench/ live outside the package and use its public API; these private modules are the named
+# exceptions, each for a reason (a new reach into a private module or name fails the test below, and so does
+# an exception no longer used)
+OUTSIDE_ALLOWED = {
+    "lab": {
+        "zkrecipes.testing._proc": "die_with_parent: workers, JVMs and redis-server die with the nemesis",
+        "zkrecipes.testing._java": "the Curator worker's compile-and-cache helper (mixed-curator trial)",
+    },
+    "bench": {
+        "zkrecipes._kazoo": "the seam's request counting and raw requests: requests per operation, the floor",
+        "zkrecipes._drive": "the blocking driver, timed alone (hot-path CPU and driver overhead)",
+        "zkrecipes.aio._driver": "the asyncio driver and its bridge, timed alone",
+        "zkrecipes.testing._java": "the Curator baseline's compile-and-cache helper",
+    },
+}
+OUTSIDE = Path(__file__).resolve().parents[2]
+
+
+def _reach(target: str) -> str:
+    """The private part of zkrecipes an import of ``target`` (``a.b`` or ``a.b.name``) reaches, or ''."""
+    parts = target.split(".")
+    k = max(i for i in range(1, len(parts) + 1) if ".".join(parts[:i]) in MODULES)
+    module, rest = ".".join(parts[:k]), parts[k:]
+    if any(_private(p) for p in parts[:k]):
+        return module
+    return f"{module}.{rest[0]}" if rest and _private(rest[0]) else ""
+
+
+def _outside_reaches(root: Path) -> Dict[str, List[str]]:
+    """Private zkrecipes modules (or private names) imported by the ``.py`` files under ``root``:
+    ``{module: ["file:line", ...]}`` (a private name ``_x`` of a public module ``m`` counts as ``m._x``)."""
+    found: Dict[str, List[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: List[str] = []
+            if isinstance(n, ast.Import):
+                targets = [a.name for a in n.names]
+            elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                targets = [f"{n.module}.{a.name}" for a in n.names]
+            for target in targets:
+                reach = _reach(target) if target.split(".")[0] == "zkrecipes" else ""
+                if reach:
+                    found.setdefault(reach, []).append(f"{path.relative_to(root.parent)}:{n.lineno}")
+    return found
+
+
+def test_lab_and_bench_reach_only_the_named_private_modules():
+    for tree_dir, allowed in OUTSIDE_ALLOWED.items():
+        found = _outside_reaches(OUTSIDE / tree_dir)
+        new = {m: where for m, where in found.items() if m not in allowed}
+        assert not new, f"{tree_dir}/ reaches into private parts of zkrecipes (use the public API, or name the " \
+                        f"module in OUTSIDE_ALLOWED with a reason): {new}"
+        unused = sorted(set(allowed) - set(found))
+        assert not unused, f"OUTSIDE_ALLOWED[{tree_dir!r}] names modules {tree_dir}/ no longer imports: {unused}"
+        assert all(allowed.values()), "every allowed private module says why"
+
+
+def test_the_outside_guard_sees_private_modules_and_names(tmp_path: Path) -> None:
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "a.py").write_text("from zkrecipes import _kazoo, FairLock\nimport zkrecipes._drive\n"
+                                         "from zkrecipes.testing._proc import die_with_parent\n"
+                                         "from zkrecipes.testing import Ensemble, four_letter\n"
+                                         "from zkrecipes.retry import _x\nimport zkrecipes.aio\n")
+    assert sorted(_outside_reaches(tmp_path / "t")) == ["zkrecipes._drive", "zkrecipes._kazoo",
+                                                        "zkrecipes.retry._x", "zkrecipes.testing._proc"]
+
+
+def test_no_import_cycle_in_the_lab():
+    """lab/'s modules import each other one way (imports inside functions count, as for the package)."""
+    names = {p.stem for p in (OUTSIDE / "lab").glob("*.py") if p.stem != "__init__"}
+    graph: Dict[str, Set[str]] = {name: set() for name in names}
+    for name in names:
+        tree = ast.parse((OUTSIDE / "lab" / f"{name}.py").read_text())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom) and (n.level == 1 or (n.module or "").startswith("lab")):
+                base = (n.module or "").removeprefix("lab").lstrip(".")
+                targets = [base.split(".")[0]] if base else [a.name for a in n.names]
+                graph[name] |= {t for t in targets if t in names and t != name}
+            elif isinstance(n, ast.Import):
+                graph[name] |= {a.name.split(".")[1] for a in n.names
+                                if a.name.startswith("lab.") and a.name.split(".")[1] in names}
+    assert not _cycles(graph), f"import cycles among lab/ modules: {_cycles(graph)}"

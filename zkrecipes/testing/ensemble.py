@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 import weakref
-from typing import IO, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import IO, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from . import _secure as secure
 from ._proc import ZooKeeperNotFound, die_with_parent
@@ -117,6 +117,50 @@ def _server_mode(port: int) -> Optional[str]:
         if line.startswith("Mode:"):
             return line.split(":", 1)[1].strip()
     return None
+
+
+class _Modes(Protocol):
+    """What :func:`leader_of` and :func:`wait_until_serving` ask of an ensemble (a part of EnsembleView)."""
+
+    @property
+    def size(self) -> int: ...
+
+    def running(self, i: int) -> bool: ...
+
+    def mode(self, i: int) -> Optional[str]: ...
+
+    def serving(self, i: int) -> bool: ...
+
+    def leader(self) -> Optional[int]: ...
+
+
+def leader_of(view: "_Modes") -> Optional[int]:
+    """Index of ``view``'s ZooKeeper leader (or standalone server), or None if there is none now: the one
+    implementation of ``leader()`` for every ensemble class."""
+    for i in range(view.size):
+        if view.mode(i) in ("leader", "standalone"):
+            return i
+    return None
+
+
+def wait_until_serving(view: "_Modes", indexes: Optional[List[int]], timeout: float,
+                       check_alive: Callable[[Sequence[int]], None], of: str = "", hint: str = "") -> None:
+    """The one implementation of ``wait_serving()``: poll until the servers ``indexes`` (already checked;
+    None: all running ones) serve and a leader exists; ``check_alive(idx)`` raises RuntimeError at once for
+    a server that can no longer come up; TimeoutError after ``timeout`` seconds (``of`` and ``hint`` added
+    to its message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if indexes is None:
+            idx = [k for k in range(view.size) if view.running(k)]
+        else:
+            idx = indexes
+        check_alive(idx)
+        if all(view.serving(k) for k in idx) and view.leader() is not None:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"ZooKeeper servers {idx}{of} did not serve within {timeout} s{hint}")
+        time.sleep(0.1)
 
 
 _live: "weakref.WeakSet[Ensemble]" = weakref.WeakSet()
@@ -377,29 +421,20 @@ class Ensemble:
 
     def leader(self) -> Optional[int]:
         """Index of the ZooKeeper leader (of the standalone server), or None if there is none now."""
-        for i in range(self.size):
-            if self.mode(i) in ("leader", "standalone"):
-                return i
-        return None
+        return leader_of(self)
 
     def wait_serving(self, indexes: Optional[Sequence[int]] = None, timeout: float = 60.0) -> None:
         """Wait until the given servers (default: all running ones) serve and a leader exists."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if indexes is None:
-                idx = [k for k in range(self.size) if self.running(k)]
-            else:
-                idx = [self._index(k) for k in indexes]
-            for k in idx:
-                p = self._procs[k]
-                if p is not None and p.poll() is not None:
-                    log_path = os.path.join(self._dir(k), "server.log")
-                    raise RuntimeError(f"ZooKeeper server {k} exited with {p.returncode}; see {log_path}")
-            if all(self.serving(k) for k in idx) and self.leader() is not None:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ZooKeeper servers {idx} did not serve within {timeout} s; logs in {self.workdir}")
-            time.sleep(0.1)
+        idx = None if indexes is None else [self._index(k) for k in indexes]
+        wait_until_serving(self, idx, timeout, self._check_alive, hint=f"; logs in {self.workdir}")
+
+    def _check_alive(self, idx: Sequence[int]) -> None:
+        """Raise if a server waited for has exited (naming its log)."""
+        for k in idx:
+            p = self._procs[k]
+            if p is not None and p.poll() is not None:
+                log_path = os.path.join(self._dir(k), "server.log")
+                raise RuntimeError(f"ZooKeeper server {k} exited with {p.returncode}; see {log_path}")
 
     def stop(self, i: int, timeout: float = 10.0) -> None:
         """Stop server ``i`` with SIGTERM (SIGKILL after ``timeout``) and wait until it has exited."""

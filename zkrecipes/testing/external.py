@@ -15,10 +15,9 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
-from .ensemble import four_letter, server_conf
+from .ensemble import four_letter, leader_of, server_conf, wait_until_serving
 
 log = logging.getLogger("zkrecipes.testing.external")
 
@@ -123,25 +122,12 @@ class ExternalEnsemble:
 
     def leader(self) -> Optional[int]:
         """Index of the ZooKeeper leader (or the standalone server), or None if there is none now."""
-        for i in range(self.size):
-            if self.mode(i) in ("leader", "standalone"):
-                return i
-        return None
+        return leader_of(self)
 
     def wait_serving(self, indexes: Optional[Sequence[int]] = None, timeout: float = 60.0) -> None:
         """Wait until the given servers (default: all running ones) serve and a leader exists."""
-        deadline = time.monotonic() + timeout
-        while True:
-            if indexes is None:
-                idx = [k for k in range(self.size) if self.running(k)]
-            else:
-                idx = [self._index(k) for k in indexes]
-            self._check_alive(idx)
-            if all(self.serving(k) for k in idx) and self.leader() is not None:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"ZooKeeper servers {idx} of {self.hosts!r} did not serve within {timeout} s")
-            time.sleep(0.1)
+        idx = None if indexes is None else [self._index(k) for k in indexes]
+        wait_until_serving(self, idx, timeout, self._check_alive, of=f" of {self.hosts!r}")
 
     def _check_alive(self, idx: Sequence[int]) -> None:
         """Raise if a server waited for can no longer come up (nothing to check without control)."""
