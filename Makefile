@@ -23,9 +23,9 @@ $(OLDEST_KAZOO_DIR):
 	rm -rf $@.tmp && $(PY) -m pip install -q --disable-pip-version-check --target $@.tmp kazoo==$(KAZOO_OLDEST) six
 	mv $@.tmp $@
 
-# TEST_JOBS=2 runs the main pytest in two processes (pytest-xdist, one file per process at a time, each process
-# its own ensemble); default 1 until the whole suite is shown not flaky that way on a loaded 2-CPU machine
-TEST_JOBS ?= 1
+# the main pytest runs in TEST_JOBS processes (pytest-xdist, one file per process at a time, each process its
+# own ensemble; most tests wait on ZooKeeper, not a CPU): TEST_JOBS=1 for one process
+TEST_JOBS ?= 2
 XDIST_ARGS := $(if $(filter-out 1,$(TEST_JOBS)),-n $(TEST_JOBS) --dist loadfile)
 
 test: setup $(OLDEST_KAZOO_DIR)
