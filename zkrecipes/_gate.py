@@ -32,7 +32,7 @@ from typing import Any, Callable, Deque, Dict, Hashable, List, NamedTuple, Optio
 from kazoo.client import KazooClient
 
 from . import metrics as _metrics
-from ._engine import Delete, Steps, WaitGate, drop_old
+from ._engine import NOW, Delete, Steps, WaitGate, drop_old
 from .errors import LockError, LockLost
 from .naming import LEASE, READ, WRITE, QueueNode, distance
 from .session import LOST, SUSPENDED
@@ -390,6 +390,8 @@ def release_hold(hold: Any) -> Steps[None]:
     deleted when the client reconnects, or now if the client has moved to a new session
     (:func:`~zkrecipes._engine.drop_old`, after the owner was told)."""
     hold.releasing = True
+    hooks = _metrics.installed
+    let_go = (yield NOW) if hooks is not None else 0.0  # the hold's time ends as its owner lets go
     try:
         if hold.state != LOST:
             # (a Delete in a session other than the hold's deletes nothing and answers False)
@@ -404,6 +406,5 @@ def release_hold(hold: Any) -> Steps[None]:
             yield from drop_old(hold.node, hold.session, hold.token)
     finally:
         hold.close()
-        hooks = _metrics.installed
         if hooks is not None:
-            _metrics.ended(hooks, hold)
+            _metrics.ended(hooks, hold, let_go)

@@ -142,8 +142,8 @@ def on_ahead(hooks: Hooks, recipe: str, path: str, also: Optional[Callable[[int]
     return tell
 
 
-def ended(hooks: Hooks, hold: Any) -> None:
-    """``hold`` was released or dropped: ``hooks.released`` with its time held."""
+def ended(hooks: Hooks, hold: Any, let_go: float) -> None:
+    """``hold`` was released or dropped: ``hooks.released`` with its time held, from its grant to ``let_go``
+    (the release's start, on the driver's clock: the engine's ``NOW``)."""
     outcome = LOST if hold.state == "lost" else RELEASED
-    call(hooks.released, hold.recipe, hold.node.rsplit("/", 1)[0] or "/", time.monotonic() - hold.granted_at,
-         outcome)
+    call(hooks.released, hold.recipe, hold.node.rsplit("/", 1)[0] or "/", let_go - hold.granted_at, outcome)
