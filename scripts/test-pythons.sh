@@ -16,7 +16,7 @@ default=$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])
 SUBSET=(tests/unit tests/test_aio.py tests/test_locks.py)  # ownership suites: the default interpreter only (make test time)
 LEAN="not across_processes and not container_parent_is_reclaimed and not stalled_process and not service_example \
 and not hundreds_of_tasks"
-ran=() missing=()
+ran=() missing=() pids=() outs=()
 for minor in $SUPPORTED; do
   [ "$minor" = "$default" ] && continue
   py=$(ls -d "$PYENV_ROOT"/versions/"$minor".*/bin/python 2>/dev/null | sort -V | tail -1 || true)
@@ -34,11 +34,19 @@ for minor in $SUPPORTED; do
   ) 9>".venv-pythons/$minor.lock"
   [ "$mode" = prepare ] && continue
   version=$("$venv/bin/python" -c 'import platform; print(platform.python_version())')
-  echo "== Python $version: ${SUBSET[*]} (-k lean cut)"
-  "$venv/bin/python" -m pytest -p no:cacheprovider -q "${SUBSET[@]}" -k "$LEAN"
+  # the Pythons run side by side (each its own ensemble; mostly waiting on ZooKeeper), reported in order
+  ( echo "== Python $version: ${SUBSET[*]} (-k lean cut)"
+    "$venv/bin/python" -m pytest -p no:cacheprovider -q "${SUBSET[@]}" -k "$LEAN" ) > "$venv.out" 2>&1 &
+  pids+=($!) outs+=("$venv.out")
   ran+=("$version")
 done
 [ "$mode" = prepare ] && exit 0
+failed=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}" || failed=1
+  cat "${outs[$i]}"
+done
+[ "$failed" = 0 ] || { echo "error: a Python's cut failed (above)" >&2; exit 1; }
 echo "== Pythons: the whole suite on $(.venv/bin/python -c 'import platform; print(platform.python_version())') (.venv);" \
      "unit + asyncio/lock cut on: ${ran[*]:-none}${missing:+; not found: ${missing[*]}}"
 # CI (CI=true, as .ci/run sets) has every supported Python under pyenv: one missing is a broken set-up, not a skip
