@@ -28,3 +28,16 @@ def mutex(request: pytest.FixtureRequest) -> str:
 def make_lock(mutex: str) -> Callable[..., Any]:
     """The recipe named by ``mutex``: ``make_lock(client, path, **kwargs)``."""
     return RECIPES[mutex]
+
+
+# the longest files first: with two processes (make test's pytest-xdist, one file per process at a time) a
+# long file started last would run alone at the end; the order of the tests within each file is kept
+_LONGEST_FIRST = ("test_safety.py", "test_bench_smoke.py", "test_tooz.py", "test_interop.py")
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    def rank(item: Any) -> int:
+        name = item.path.name
+        return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
+
+    items.sort(key=rank)  # (stable: every other file keeps its place)
