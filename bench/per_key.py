@@ -12,7 +12,9 @@ interpreter, so live objects and RSS are its own), one after the other and repea
   (ephemeral-sequential under the key, parent made on NoNode) from the same threads, on a client our
   recipes attend (``zkrecipes._kazoo.attend``: the I/O thread's select the recipes run on), so the ratio
   compares the recipe's work, not two I/O paths (issue 48); and, for the ratio reported before issue 48,
-  the same raw calls on a client as kazoo makes it (kazoo's stock select), kept beside the rows.
+  the same raw calls on a client as kazoo makes it (kazoo's stock select), kept beside the rows; and, in
+  FairLock's process, FairLock and raw alternating in blocks (ABBA) on FairLock's own client, a ratio
+  that load drift between the processes cannot move.
 Writes ``per_key.json`` and ``per_key.md`` to ``--out`` (default ``bench/results``).
 """
 
@@ -125,9 +127,28 @@ def worker(args: argparse.Namespace) -> dict:
         )
         # over the window plus the calls in flight at its end, so a slow first call still counts
         out["throughput"][str(space)] = done / (time.monotonic() - t0)
+    if args.impl == IMPLS[0]:  # FairLock and raw alternating on this one client: a ratio load drift spares
+        out["paired"] = {str(space): _paired(op, _factory(RAW, client), args, f"{base}/p{space}", space)
+                         for space in args.spaces}
     client.stop()
     client.close()
     return out
+
+
+def _paired(lock_op, raw_op, args: argparse.Namespace, base: str, space: int, blocks: int = 4) -> dict:
+    """FairLock's and raw's acquire+release/s on the same client (one our recipes attend) from the same
+    threads, in ``blocks`` blocks each of ``args.duration / blocks`` s, alternating; and their ratio."""
+    rng = random.Random(space)
+    done, spent = {"lock": 0, "raw": 0}, {"lock": 0.0, "raw": 0.0}
+    for k in range(2 * blocks):
+        name, op = (("lock", lock_op), ("raw", raw_op))[k % 2 if k // 2 % 2 == 0 else 1 - k % 2]  # ABBA
+        where = f"{base}/{name}/k"
+        t0 = time.monotonic()
+        done[name] += _threads(args.threads, lambda i, n, op=op, where=where: op(f"{where}{rng.randrange(space)}"),
+                               duration=args.duration / blocks)
+        spent[name] += time.monotonic() - t0
+    rates = {name: done[name] / spent[name] for name in done}
+    return {"lock_per_s": rates["lock"], "raw_per_s": rates["raw"], "ratio": rates["lock"] / rates["raw"]}
 
 
 def _threads(n: int, fn, count: int | None = None, duration: float | None = None) -> int:
@@ -210,6 +231,11 @@ def markdown(result: dict) -> str:
                 raw = rows[base]["throughput"][s]
                 row(f"... ratio to {label}, {int(s):,} keys", lambda r, s=s, raw=raw: r["throughput"][s] / raw,
                     "{:.2f}x")
+        paired = rows[IMPLS[0]].get("paired", {}).get(s)
+        if paired:
+            cells = [f"{paired['ratio']:.2f}x ({paired['lock_per_s']:.0f} / {paired['raw_per_s']:.0f})"]
+            lines.append(f"| ... FairLock / raw alternating on FairLock's client, {int(s):,} keys | "
+                         + " | ".join(cells + ["—"] * (len(cols) - 1)) + " |")
     return "\n".join(lines) + "\n"
 
 
