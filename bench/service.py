@@ -329,7 +329,7 @@ def markdown(result: Dict[str, Any]) -> str:
     if result.get("curator_absent"):
         lines += [f"Curator: absent ({result['curator_absent']}).", ""]
     lines += ["| T | rep | contender | read grants/s | x ceiling | x kazoo | read acquire p50 / p99 (ms) "
-              "| writer wait p50 / p99 / max (ms) | writes | overlaps | errors |",
+              "| writer wait p50 / p99 / max (ms) | writes | overlaps of writer holds (whole run) | errors |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
     rows = result["rows"]
     by = {(r["threads"], r["rep"], r["impl"]): r for r in rows}
@@ -341,14 +341,14 @@ def markdown(result: Dict[str, Any]) -> str:
                     continue
                 ceil, kaz = by.get((t, rep, NONE)), by.get((t, rep, KAZOO))
                 ra, ww = r["read_acquire"], r["writer_wait"]
-                seen = r["overlaps"] if impl != NONE else f"({r['overlaps']} seen, no lock)"
+                lock = "" if impl != NONE else " (no lock)"
                 lines.append(
                     f"| {t} | {rep + 1} | {impl} | {r['read_grants_per_s']:,.0f} "
                     f"| {_f(harness.ratio(r['read_grants_per_s'], ceil and ceil['read_grants_per_s']), '{:.2f}')} "
                     f"| {_f(harness.ratio(r['read_grants_per_s'], kaz and kaz['read_grants_per_s']), '{:.2f}')} "
                     f"| {_f(ra['p50_ms'], '{:.2f}')} / {_f(ra['p99_ms'])} "
                     f"| {_f(ww['p50_ms'])} / {_f(ww['p99_ms'])} / {_f(ww['max_ms'])} | {r['writer_grants']} "
-                    f"| {seen} | {r['errors']} |")
+                    f"| {r['overlaps']} of {r['writer_holds']}{lock} | {r['errors']} |")
     return "\n".join(lines) + "\n"
 
 
