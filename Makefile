@@ -59,6 +59,7 @@ bench: setup
 	$(PY) bench/per_key.py
 	$(PY) bench/aio.py
 	$(PY) bench/contention.py
+	$(PY) bench/service.py
 	$(PY) bench/recovery.py
 	$(PY) bench/cpu.py
 

@@ -9,7 +9,12 @@ interpreter, so live objects and RSS are its own), one after the other and repea
   that is then dropped;
 - wire requests per acquire+release on a new key (its parent exists) and on a hot key;
 - throughput of 32 threads on one client over 1k and 100k key spaces, against raw create+delete
-  (ephemeral-sequential under the key, parent made on NoNode) from the same threads.
+  (ephemeral-sequential under the key, parent made on NoNode) from the same threads, on a client our
+  recipes attend (``zkrecipes._kazoo.attend``: the I/O thread's select the recipes run on), so the ratio
+  compares the recipe's work, not two I/O paths (issue 48); and, for the ratio reported before issue 48,
+  the same raw calls on a client as kazoo makes it (kazoo's stock select), kept beside the rows; and, in
+  FairLock's process, FairLock and raw alternating in blocks (ABBA) on FairLock's own client, a ratio
+  that load drift between the processes cannot move.
 Writes ``per_key.json`` and ``per_key.md`` to ``--out`` (default ``bench/results``).
 """
 
@@ -34,6 +39,8 @@ from kazoo.client import KazooClient  # noqa: E402
 from bench import harness  # noqa: E402
 
 IMPLS = ("zkrecipes FairLock", "kazoo Lock", "raw create+delete")
+RAW, STOCK_RAW = IMPLS[2], "raw create+delete, kazoo's stock select"
+RUNS = IMPLS + (STOCK_RAW,)  # every contender, each in its own process
 
 
 def _rss_kib() -> int:
@@ -79,6 +86,10 @@ def _factory(impl: str, client: KazooClient):
 def worker(args: argparse.Namespace) -> dict:
     """One contender, in its own process: every measure for ``args.impl``."""
     client = KazooClient(hosts=args.hosts, timeout=10.0)
+    if args.impl == RAW:  # on the I/O path our recipes run on, as a FairLock on this client would make it
+        from zkrecipes import _kazoo
+
+        _kazoo.attend(client)
     client.start(30)
     counters = harness.Counters()
     harness.instrument(client, counters)
@@ -116,9 +127,28 @@ def worker(args: argparse.Namespace) -> dict:
         )
         # over the window plus the calls in flight at its end, so a slow first call still counts
         out["throughput"][str(space)] = done / (time.monotonic() - t0)
+    if args.impl == IMPLS[0]:  # FairLock and raw alternating on this one client: a ratio load drift spares
+        out["paired"] = {str(space): _paired(op, _factory(RAW, client), args, f"{base}/p{space}", space)
+                         for space in args.spaces}
     client.stop()
     client.close()
     return out
+
+
+def _paired(lock_op, raw_op, args: argparse.Namespace, base: str, space: int, blocks: int = 4) -> dict:
+    """FairLock's and raw's acquire+release/s on the same client (one our recipes attend) from the same
+    threads, in ``blocks`` blocks each of ``args.duration / blocks`` s, alternating; and their ratio."""
+    rng = random.Random(space)
+    done, spent = {"lock": 0, "raw": 0}, {"lock": 0.0, "raw": 0.0}
+    for k in range(2 * blocks):
+        name, op = (("lock", lock_op), ("raw", raw_op))[k % 2 if k // 2 % 2 == 0 else 1 - k % 2]  # ABBA
+        where = f"{base}/{name}/k"
+        t0 = time.monotonic()
+        done[name] += _threads(args.threads, lambda i, n, op=op, where=where: op(f"{where}{rng.randrange(space)}"),
+                               duration=args.duration / blocks)
+        spent[name] += time.monotonic() - t0
+    rates = {name: done[name] / spent[name] for name in done}
+    return {"lock_per_s": rates["lock"], "raw_per_s": rates["raw"], "ratio": rates["lock"] / rates["raw"]}
 
 
 def _threads(n: int, fn, count: int | None = None, duration: float | None = None) -> int:
@@ -167,18 +197,26 @@ def _median(xs: list) -> float:
 
 def markdown(result: dict) -> str:
     m = result["meta"]
-    rows = result["rows"]
+    rows = dict(result["rows"])
+    if result.get("stock_raw"):
+        rows[STOCK_RAW] = result["stock_raw"]
+    cols = [i for i in RUNS if i in rows]
     spaces = [str(s) for s in result["config"]["spaces"]]
     lines = [
         f"Run {m['started']} · {m['ensemble']} · {m['duration_s']:.0f} s · "
         f"{result['config']['threads']} threads on one client, {result['config']['reps']} reps (median)",
         "",
-        "| measure | " + " | ".join(IMPLS) + " |",
-        "|---|" + "---|" * len(IMPLS),
+        f"*{RAW}* runs on a client our recipes attend (their I/O path: zkrecipes' select on kazoo's I/O "
+        f"thread), as FairLock's does; *{STOCK_RAW}* on a client as kazoo makes it, as kazoo's Lock does. "
+        "The ratio to raw compares like with like; the ratio to the stock select is the one reported before "
+        "issue 48.",
+        "",
+        "| measure | " + " | ".join(cols) + " |",
+        "|---|" + "---|" * len(cols),
     ]
 
     def row(label: str, key, fmt: str) -> None:
-        cells = [fmt.format(key(rows[i])) if rows.get(i) else "—" for i in IMPLS]
+        cells = [fmt.format(key(rows[i])) for i in cols]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
     n = result["config"]["keys"]
@@ -188,8 +226,16 @@ def markdown(result: dict) -> str:
     row("wire requests, hot key", lambda r: r["requests_hot_key"], "{:.0f}")
     for s in spaces:
         row(f"acquire+release/s, {int(s):,} keys", lambda r, s=s: r["throughput"][s], "{:.0f}")
-        raw = rows[IMPLS[2]]["throughput"][s]
-        row(f"... ratio to raw, {int(s):,} keys", lambda r, s=s, raw=raw: r["throughput"][s] / raw, "{:.2f}x")
+        for base, label in ((RAW, "raw"), (STOCK_RAW, "raw on kazoo's stock select")):
+            if base in rows:
+                raw = rows[base]["throughput"][s]
+                row(f"... ratio to {label}, {int(s):,} keys", lambda r, s=s, raw=raw: r["throughput"][s] / raw,
+                    "{:.2f}x")
+        paired = rows[IMPLS[0]].get("paired", {}).get(s)
+        if paired:
+            cells = [f"{paired['ratio']:.2f}x ({paired['lock_per_s']:.0f} / {paired['raw_per_s']:.0f})"]
+            lines.append(f"| ... FairLock / raw alternating on FairLock's client, {int(s):,} keys | "
+                         + " | ".join(cells + ["—"] * (len(cols) - 1)) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -227,9 +273,9 @@ def main(argv=None) -> int:
             ensemble.start()
             hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
         root = f"/zkrecipes-bench-keys/{uuid.uuid4().hex[:12]}"
-        runs: dict = {i: [] for i in IMPLS}
+        runs: dict = {i: [] for i in RUNS}
         for rep in range(args.reps):
-            for impl in IMPLS[rep % 3:] + IMPLS[: rep % 3]:  # rotate the order: drift hits all alike
+            for impl in harness.rotate(list(RUNS), rep):  # rotate the order: drift hits all alike
                 print(f"[per-key] rep {rep + 1}: {impl}", file=sys.stderr, flush=True)
                 runs[impl].append(_spawn(impl, hosts, root, cfg))
         rows = {}
@@ -244,7 +290,7 @@ def main(argv=None) -> int:
     finally:
         if ensemble is not None:
             ensemble.close()
-    result = {"config": cfg, "rows": rows,
+    result = {"config": cfg, "rows": rows, "stock_raw": rows.pop(STOCK_RAW),
               "meta": {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0}}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "per_key.json"), "w") as f:

@@ -240,3 +240,38 @@ def test_recovery_bench_smoke(zk_ensemble, tmp_path):
     assert ours["lost_before_grant"] is True and ours["told_s"] < ours["lost_s"], ours
     md = (out / "recovery.md").read_text()
     assert all(f"| {lib} |" in md for lib in expected)
+
+
+def test_service_bench_smoke(zk_ensemble, tmp_path):
+    """bench/service.py (issue 48): every contender of the service pattern runs in its own processes and
+    reports its figures; no writer hold meets a reader's hold under a lock, and the no-lock ceiling's do
+    (the check sees a real overlap)."""
+    from bench.service import CURATOR, IMPLS, JAVA_SOURCE, NONE, _java
+
+    out = tmp_path / "results"
+    proc = subprocess.run(
+        [sys.executable, os.path.join(ROOT, "bench", "service.py"), "--quick", "--processes", "1",
+         "--hosts", zk_ensemble.hosts, "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads((out / "service.json").read_text())
+    curator = _java.curator_classpath(JAVA_SOURCE)[0] is not None
+    expected = set(IMPLS) if curator else set(IMPLS) - {CURATOR}
+    assert set(res["impls"]) == expected and (curator or res["curator_absent"])
+    rows = {r["impl"]: r for r in res["rows"]}
+    assert set(rows) == expected and len(res["rows"]) == len(expected)
+    for impl, r in rows.items():
+        assert r["errors"] == 0 and r["processes"] == 1 and r["threads"] == res["config"]["threads"][0], r
+        for key in ("read_grants_per_s", "read_acquire", "writer_wait", "writer_grants", "overlaps"):
+            assert key in r, (impl, key)
+        if impl == NONE:
+            assert r["read_grants"] > 0 and r["overlaps"] > 0, r
+        else:
+            assert r["overlaps"] == 0, r
+        if impl != CURATOR and impl != NONE:  # (Curator's fleet may sit a short window out: see above)
+            ra, ww = r["read_acquire"], r["writer_wait"]
+            assert r["read_grants"] == ra["n"] > 0 and 0 < ra["p50_ms"] <= ra["p99_ms"], r
+            assert r["writer_grants"] == ww["n"] > 0 and 0 < ww["p50_ms"] <= ww["p99_ms"] <= ww["max_ms"], r
+    md = (out / "service.md").read_text()
+    assert all(f"| {impl} |" in md for impl in expected)
