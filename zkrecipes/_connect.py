@@ -29,6 +29,9 @@ from kazoo.exceptions import (
 )
 from kazoo.security import ACL, READ_ACL_UNSAFE, make_digest_acl
 
+from ._drive import Driver, never
+from ._steps import DeadlinePassed, Read, Steps
+
 EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 69
 EXIT_NOPERM = 77
@@ -317,14 +320,17 @@ def start(client: KazooClient, hosts: str, connect_timeout: float, security: Sec
         if not client.connected:
             raise ConnectError(_unreachable(hosts, connect_timeout, reasons, security), EXIT_UNAVAILABLE)
         # kazoo reports CONNECTED before its SASL exchange; a request queued now runs after it
-        result = client.exists_async("/")
-        result.wait(max(0.1, deadline - time.monotonic()))
-        if not result.ready():
-            raise ConnectError(_unreachable(hosts, connect_timeout, reasons, security), EXIT_UNAVAILABLE)
         try:
-            return result.get()
+            return Driver(client, max(deadline, time.monotonic() + 0.1), never, None).run(_root())
+        except DeadlinePassed:
+            raise ConnectError(_unreachable(hosts, connect_timeout, reasons, security), EXIT_UNAVAILABLE) from None
         except Exception as exc:
             raise _refused(exc, reasons, security, hosts) from None
+
+
+def _root() -> Steps[Any]:
+    """One read of ``/`` (one attempt, its error raised): the stat, or None if the chroot does not exist."""
+    return (yield Read("exists", "/", once=True))
 
 
 def _refused(exc: BaseException, reasons: _Reasons, security: Security, hosts: str) -> ConnectError:

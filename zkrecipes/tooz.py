@@ -30,7 +30,7 @@ from tooz.drivers import zookeeper
 
 from . import _engine, _kazoo, _listing, formats, rwlock
 from ._drive import Driver, never
-from ._engine import SESSION, Steps
+from ._engine import SESSION, Read, Steps
 from ._lock import on_ahead
 from .election import CANDIDATE, LEADER, LeaderElection
 from .errors import ClientClosed, LockError, LockLost
@@ -55,6 +55,12 @@ def _break_holders(path: str) -> Steps[bool]:
             continue
         broke = True
     return broke
+
+
+def _synced() -> Steps[None]:
+    """A ``sync`` of the whole tree: our server has then applied every write committed before it. One
+    attempt, its error raised (as tooz's own driver does: a disconnected client says so at once)."""
+    yield Read("sync", "/", once=True)
 
 
 def _ours(node: str) -> Steps[bool]:
@@ -358,7 +364,7 @@ class ZkrecipesDriver(zookeeper.KazooDriver):
         """Group membership events (tooz's), then the elections and lost leaderships told since the last
         call, in the order they happened; returns the callbacks' results. Group membership is read after a
         ``sync``, so a change another client has seen committed is seen here too (reads are not linearizable)."""
-        self._coord.sync("/")
+        Driver(self._coord, None, never, None, path="/").run(_synced())
         results: List[Any] = list(super().run_watchers(timeout))
         while True:
             with self._told_lock:
