@@ -247,4 +247,5 @@ ZK_DOCKER_CONTAINERS=$(IFS=,; echo "${containers[*]}")
 export ZK_DOCKER_CONTAINERS
 say "ZK_HOSTS=$ZK_HOSTS ZK_DOCKER_CONTAINERS=$ZK_DOCKER_CONTAINERS"
 # shellcheck disable=SC2086  # PYTEST_ARGS holds several arguments
-"$PY" -m pytest -p no:cacheprovider -rs ${PYTEST_ARGS:-} --ignore=tests/unit ${TESTS:-tests}
+# only the tests that reach these containers: those that start servers of their own ran in make test
+ZKRECIPES_ENSEMBLE_TESTS_ONLY=1 "$PY" -m pytest -p no:cacheprovider -rs ${PYTEST_ARGS:-} --ignore=tests/unit ${TESTS:-tests}

@@ -3,6 +3,7 @@ zk_namespace -- come from the zkrecipes.testing pytest plugin). Plain helpers li
 
 from __future__ import annotations
 
+import os
 import signal
 from typing import Any, Callable
 
@@ -35,9 +36,22 @@ def make_lock(mutex: str) -> Callable[..., Any]:
 _LONGEST_FIRST = ("test_safety.py", "test_bench_smoke.py", "test_tooz.py", "test_interop.py")
 
 
-def pytest_collection_modifyitems(items: list) -> None:
+_ENSEMBLE_FROM_ENV = ("test_docker_compose.py", "test_docker_compose_tls.py", "test_external_ensemble.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
     def rank(item: Any) -> int:
         name = item.path.name
         return _LONGEST_FIRST.index(name) if name in _LONGEST_FIRST else len(_LONGEST_FIRST)
 
     items.sort(key=rank)  # (stable: every other file keeps its place)
+    # make test-docker: only the tests that reach the session ensemble (the containers), by the fixture or by
+    # the environment; the others start servers of their own and ran, the same, in make test
+    if os.environ.get("ZKRECIPES_ENSEMBLE_TESTS_ONLY") == "1":
+        def reaches(item: Any) -> bool:
+            return "zk_ensemble" in item.fixturenames or item.path.name in _ENSEMBLE_FROM_ENV
+
+        others = [item for item in items if not reaches(item)]
+        if others:
+            config.hook.pytest_deselected(items=others)
+            items[:] = [item for item in items if reaches(item)]
