@@ -152,10 +152,10 @@ def wake_worker(hosts: str, root: str, handoffs: int) -> None:
         notified.clear()
         t.start()
         queued.wait()
-        deadline = time.monotonic() + 30  # until the waiter's node is queued behind ours
-        while len(holder_client.get_children(path)) < 2 and time.monotonic() < deadline:
+        deadline = time.monotonic() + 30  # until the waiter watches our node (it queued behind it)
+        while not waiter_client._data_watchers.get(holder.node) and time.monotonic() < deadline:  # (kazoo's)
             time.sleep(0.002)
-        time.sleep(0.01)  # let it set its watch and go to sleep
+        time.sleep(0.01)  # let it go to sleep on that watch
         holder.release()
         t.join(30)
         if not box.get("ok") or not notified:

@@ -361,9 +361,11 @@ def create(
                 if listed is None and sequence and entry.node.sequence == 0:
                     children = []  # the parent's first child ever (its counter was 0): nobody is ahead
                 elif listed is None or isinstance(listed, _RELIST):
-                    try:
-                        children = yield Read("get_children", parent)
+                    try:  # synced: it shows our node unless its session ended since (kazoo has a new one)
+                        children = yield Read("get_children", parent, synced=True)
                     except NoNodeError:  # the parent went, so our node went first (its session ended)
+                        continue
+                    if made not in children:  # gone with its session: queue again, never wait without it
                         continue
                 elif isinstance(listed, BaseException):
                     raise listed

@@ -240,9 +240,21 @@ def test_a_parent_gone_when_listing_after_the_create_means_our_node_went_too():
     gen = new()
     start(gen)
     # the pipelined listing was lost with the connection; by the relist the session and the parent are gone
-    assert created(gen, (("/p/h-W-0000000003", stat()), ConnectionLoss())) == p.Read("get_children", "/p")
+    assert created(gen, (("/p/h-W-0000000003", stat()), ConnectionLoss())) == p.Read("get_children", "/p",
+                                                                                        synced=True)
     op = gen.throw(NoNodeError())
     assert isinstance(op, p.CreateAndList)  # the node went with its parent: create again, no delete
+
+
+def test_a_relist_after_the_create_without_our_node_queues_again_not_waits():
+    gen = new()
+    start(gen)
+    # the pipelined listing was lost with the connection, and the session expired before the (synced) relist:
+    # our node went with it; waiting on the node ahead would leave the waiter queued nowhere (seen in make test)
+    assert created(gen, (("/p/h-W-0000000003", stat()), ConnectionLoss())) == p.Read("get_children", "/p",
+                                                                                        synced=True)
+    op = gen.send(["h-W-0000000001"])
+    assert isinstance(op, p.CreateAndList)  # queue again, no watch on the node ahead
 
 
 # -- recipes that share a path (issue 37) ---------------------------------------------------------------
