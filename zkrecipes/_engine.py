@@ -337,7 +337,7 @@ def create(
                 continue
             try:
                 return entry, ((yield Read("get_children", parent)) if listing else None)
-            except NoNodeError:  # the parent went, so our node went first (its session ended)
+            except (NoNodeError, SessionExpiredError):  # the parent or the session went: our node with it
                 continue
             except GeneratorExit:
                 raise
@@ -363,7 +363,7 @@ def create(
                 elif listed is None or isinstance(listed, _RELIST):
                     try:  # synced: it shows our node unless its session ended since (kazoo has a new one)
                         children = yield Read("get_children", parent, synced=True)
-                    except NoNodeError:  # the parent went, so our node went first (its session ended)
+                    except (NoNodeError, SessionExpiredError):  # the parent or the session went: our node too
                         continue
                     if made not in children:  # gone with its session: queue again, never wait without it
                         continue

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from kazoo.exceptions import ConnectionLoss, NoNodeError
+from kazoo.exceptions import ConnectionLoss, NoNodeError, SessionExpiredError
 from kazoo.protocol.states import ZnodeStat
 
 from zkrecipes import _engine as p
@@ -255,6 +255,17 @@ def test_a_relist_after_the_create_without_our_node_queues_again_not_waits():
                                                                                         synced=True)
     op = gen.send(["h-W-0000000001"])
     assert isinstance(op, p.CreateAndList)  # queue again, no watch on the node ahead
+
+
+def test_a_session_expiring_during_the_relist_after_the_create_queues_again_not_raises():
+    gen = new()
+    start(gen)
+    # kazoo fails the relist with SessionExpiredError while it sets up a new session: our node went with
+    # the old one; acquire() raised it to the caller before (seen under load)
+    assert created(gen, (("/p/h-W-0000000003", stat()), ConnectionLoss())) == p.Read("get_children", "/p",
+                                                                                        synced=True)
+    op = gen.throw(SessionExpiredError())
+    assert isinstance(op, p.CreateAndList)  # queue again
 
 
 # -- recipes that share a path (issue 37) ---------------------------------------------------------------
