@@ -9,7 +9,7 @@ import time
 from typing import Any, Awaitable, Callable, List
 
 import pytest
-from lockhelpers import FAST_RECONNECT, assert_no_watch, children, full_path
+from lockhelpers import FAST_RECONNECT, LateLink, assert_no_watch, children, full_path
 
 from zkrecipes import FairLock as ThreadedFairLock
 from zkrecipes import LeaderElection as ThreadedLeaderElection
@@ -344,6 +344,36 @@ def test_read_write_ownership_downgrade_and_upgrade(zk):
         assert kids(zk, "/dg") == []
 
     run(body)
+
+
+def test_a_task_that_joins_a_live_read_hold_sends_no_request(zk_ensemble, zk_factory):
+    """Issue 48 on asyncio: tasks of one loop share one read node; the first joiner lists the queue once,
+    later joiners send nothing (counted by a proxy in front of the client's server)."""
+    link = LateLink(zk_ensemble.hosts)  # never armed: it counts the replies to this client's requests
+    client = zk_factory(hosts=link.hosts)
+
+    async def join() -> None:
+        task_read = aio.ReadWriteLock(client, "/join").read()
+        assert await task_read.acquire(timeout=10)
+        await task_read.release()
+
+    async def body() -> None:
+        read = aio.ReadWriteLock(client, "/join").read()
+        await read.acquire()
+        await asyncio.create_task(join())  # the first joiner looks behind our node
+        before = link.replies
+        for _ in range(20):
+            await asyncio.create_task(join())
+        assert link.replies == before, f"{link.replies - before} requests sent by 20 joined reads"
+        assert len(kids(zk, "/join")) == 1
+        await read.release()
+        assert kids(zk, "/join") == []
+
+    zk = zk_factory()
+    try:
+        run(body)
+    finally:
+        link.close()
 
 
 # -- session loss ------------------------------------------------------------------------------------

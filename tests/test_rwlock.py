@@ -7,7 +7,7 @@ import threading
 import time
 
 import pytest
-from lockhelpers import Acquirer, children, full_path, wait_until
+from lockhelpers import Acquirer, LateLink, children, full_path, wait_until
 
 from zkrecipes import FairLock, LockError, ReadWriteLock
 
@@ -225,3 +225,89 @@ def test_local_late_reader_does_not_overtake_a_queued_writer(zk, zk_factory):
     reader_done.set()
     assert late.released.wait(10)
     assert children(zk, "/localfair") == []
+
+
+def test_a_reader_that_joins_a_live_read_hold_sends_no_request(zk_ensemble, zk_factory):
+    """Issue 48: while this process holds a read node and no writer is known behind it, another thread's
+    ``read()`` joins it with nothing sent: the first joiner lists the queue once (with a child watch),
+    later ones send nothing, and only the last reader's release deletes the node."""
+    link = LateLink(zk_ensemble.hosts)  # never armed: it counts the replies to this client's requests
+    try:
+        client = zk_factory(hosts=link.hosts)
+        read = ReadWriteLock(client, "/join").read()
+        hold_first = threading.Event()
+        first = Acquirer(read, hold_until=hold_first, timeout=10)
+        assert first.wait() is True
+        assert_one_join(read, expected_requests=1)  # the first joiner looks behind our node
+        before = link.replies
+        for _ in range(20):
+            assert_one_join(read, expected_requests=0)
+        assert link.replies == before, f"{link.replies - before} requests sent by 20 joined reads"
+        (node,) = children(zk_factory(), "/join")
+        assert first.node.endswith(node)  # every joiner shared the first reader's node
+        hold_first.set()
+        assert first.released.wait(10)
+        wait_until(lambda: not children(zk_factory(), "/join"), 10, "the last reader deleted the node")
+    finally:
+        link.close()
+
+
+def assert_one_join(read, expected_requests: int) -> None:
+    """Another thread joins ``read``'s live hold and lets go; its node is the holder's."""
+    out: dict = {}
+
+    def run() -> None:
+        out["held"] = read.acquire(timeout=10)
+        out["node"] = read.node
+        read.release()
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(15)
+    assert out.get("held") is True and out["node"] is not None
+
+
+def test_a_writer_queued_behind_a_stream_of_local_readers_is_granted_within_the_bound(zk, zk_factory):
+    """Issue 48's bound: four threads of one process read in turns that always overlap (each holds 0.3 s and
+    takes the read lock again at once), so their shared read node never goes by itself. A writer on another
+    client is granted within the documented bound -- its creation's notification, then the hold time of
+    the readers already inside -- while the readers keep asking; readers that ask meanwhile queue behind it."""
+    hold = 0.3
+    rw = ReadWriteLock(zk, "/stream")
+    stop = threading.Event()
+    reads: list = []  # (start, end) of every read hold, monotonic
+
+    def reader(k: int) -> None:
+        time.sleep(k * hold / 4)  # staggered: some reader always holds
+        while not stop.is_set():
+            assert rw.read().acquire(timeout=30)
+            start = time.monotonic()
+            time.sleep(hold)
+            reads.append((start, time.monotonic()))
+            rw.read().release()
+
+    threads = [threading.Thread(target=reader, args=(k,), daemon=True) for k in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: len(reads) >= 8, 20, "the readers ran a while")
+        (node,) = children(zk, "/stream")  # one shared node, held throughout
+        wlock = ReadWriteLock(zk_factory(), "/stream").write()
+        asked = time.monotonic()
+        assert wlock.acquire(timeout=20), "the writer starved behind the local readers"
+        granted = time.monotonic()
+        writing_until = time.monotonic() + 0.2
+        time.sleep(0.2)
+        wlock.release()
+        waited = granted - asked
+        # the bound: the notification and the listing of a joiner (a round trip each), plus one hold time of
+        # the readers inside; the slack covers a loaded machine, not another hold
+        assert waited < 2 * hold + 2.0, f"the writer waited {waited:.2f} s behind readers holding {hold} s each"
+        overlapping = [r for r in reads if r[0] < writing_until and r[1] > granted]
+        assert not overlapping, f"reads overlapped the write: {overlapping}"
+        n = len(reads)
+        wait_until(lambda: len(reads) >= n + 4, 20, "the readers read again after the writer")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)

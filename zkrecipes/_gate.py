@@ -3,8 +3,10 @@
 Owners of one process (threads; tasks for an asyncio front) share one ZooKeeper hold per gate: one
 writer (reentrant, counted) or any number of readers behind a single ``R`` node. Only one owner at a
 time queues a node for a gate, so a process never competes with itself in ZooKeeper, and owners queue
-for the gate in arrival order. A writer queued behind our read node (``writer_behind``) stops further
-local readers from joining it, so steady local reads cannot starve that writer. A writer may take the
+for the gate in arrival order. A local reader joins our read node with no request while the queue
+behind it is known clear (``clear_behind``: listed under the gate's child watch, not fired since); a
+writer queued behind it (``writer_behind``) stops further local readers from joining it, so steady
+local reads cannot starve that writer. A writer may take the
 read side too (downgrade); a reader asking for the write side gets LockError (it would deadlock).
 
 An owner that is not reentrant (a lock object that owns its holds, ``owner="object"``) is threading.Lock's
@@ -109,6 +111,8 @@ class Gate:
     # lock objects attached to the current hold: their side (kind) and how to detach them
     objects: Dict[Any, Tuple[str, Detach]] = field(default_factory=dict)
     writer_behind: Any = None  # the hold behind whose node a writer was seen queued
+    clear_behind: Any = None  # the read hold listed with no writer behind it under our child watch, not fired since
+    behind_epoch: int = 0  # bumped each time that child watch fires (a listing sent before cannot clear)
     wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
     version: int = 0  # bumped by every change a waiter may care about (:meth:`changed`)
 
@@ -226,6 +230,7 @@ class Gate:
             return LeaveResult(False, self.hold, downgraded)
         hold, detach = self.hold, list(self.objects.values())
         self.hold, self.mode, self.objects, self.busy = None, None, {}, True
+        self.clear_behind = None
         return LeaveResult(True, hold, detach)
 
     def _detach_side(self, kind: str) -> List[Tuple[str, Detach]]:
@@ -254,22 +259,43 @@ class Gate:
                 self.changed()
 
     def unchecked_read_hold(self, me: Owner) -> Any:
-        """The read hold a new local reader ``me`` would join, if nobody has looked behind its node for
-        a writer yet (see :meth:`look_behind`); else None."""
+        """The read hold a new local reader ``me`` would join, if the queue behind its node is not known
+        clear (see :meth:`look_behind`) and no writer was seen there; else None."""
         with self.mutex:
             hold = self.hold
-            if hold is None or self.mode != READ or self.writer_behind is hold or me in self.counts:
+            if (
+                hold is None
+                or self.mode != READ
+                or self.writer_behind is hold
+                or self.clear_behind is hold
+                or me in self.counts
+            ):
                 return None
             return hold
 
-    def look_behind(self, hold: Any, mine: Optional[QueueNode], queue: Sequence[QueueNode]) -> None:
-        """``queue`` was listed for read hold ``hold`` (our node ``mine``): if a node that is not a
-        reader is queued behind ours, later local readers queue in ZooKeeper behind it instead of
-        joining our node, so steady local reads cannot starve it."""
-        if mine is not None and any(n.kind != READ and distance(n.sequence, mine.sequence) > 0 for n in queue):
-            with self.mutex:
-                if self.hold is hold:
-                    self.writer_behind = hold
+    def look_behind(self, hold: Any, mine: Optional[QueueNode], queue: Sequence[QueueNode], epoch: int) -> None:
+        """``queue`` was listed, with :meth:`queue_changed` as its child watch, for read hold ``hold`` (our node
+        ``mine``; ``epoch``: :attr:`behind_epoch` as the listing was sent). A node that is not a reader queued
+        behind ours: later local readers queue in ZooKeeper behind it instead of joining our node, so
+        steady local reads cannot starve it. None: the queue behind is clear until the watch fires, and
+        local readers join with no request meanwhile."""
+        if mine is None:
+            return
+        writer = any(n.kind != READ and distance(n.sequence, mine.sequence) > 0 for n in queue)
+        with self.mutex:
+            if self.hold is not hold:
+                return
+            if writer:
+                self.writer_behind = hold
+            elif epoch == self.behind_epoch:  # (the watch fired since: this listing may miss that change)
+                self.clear_behind = hold
+
+    def queue_changed(self, event: Any) -> None:
+        """The child watch of :meth:`look_behind` fired (a node came or went, or the connection dropped;
+        kazoo's thread): the next local reader lists the queue again before it joins."""
+        with self.mutex:
+            self.behind_epoch += 1
+            self.clear_behind = None
 
     def owned(self, me: Owner) -> Any:
         """The hold if ``me`` holds either side (a re-entry would join it), else None."""

@@ -33,7 +33,7 @@ from ._reporting import Owner as Owner  # a thread, an asyncio task, or an Objec
 from ._reporting import Reports
 from ._settings import LockArgs, Settings
 from ._signature import Options
-from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Read, Steps, T, Taken
+from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Steps, T, Taken, Watched
 from .errors import LockLost
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -62,7 +62,8 @@ def acquire_deadline(blocking: object, timeout: object) -> Tuple[bool, Optional[
 
 
 def _joinable(hold: Optional[Hold]) -> bool:
-    return hold is not None and hold.state == HELD
+    """A local reader may join ``hold``: held, not in doubt, confirmed since any stall."""
+    return hold is not None and hold.state == HELD and not hold.in_doubt() and not hold.stale()
 
 
 class Participant(Settings):
@@ -315,16 +316,20 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
         return True
 
     def _look_for_writers(self, gate: Gate, me: Owner) -> Steps[None]:
-        """Before an owner joins this process's read hold: one listing per hold (see
-        :meth:`Gate.look_behind <zkrecipes._gate.Gate.look_behind>`)."""
+        """Before an owner joins this process's read hold: nothing while the queue behind it is known clear,
+        else one listing that sets the gate's child watch (see :meth:`Gate.look_behind
+        <zkrecipes._gate.Gate.look_behind>`); a hold the process stood still on is confirmed first."""
         hold = gate.unchecked_read_hold(me)
         if hold is None:
             return
+        epoch = gate.behind_epoch
         try:
-            names = yield Read("get_children", self.path, once=True)
+            if hold.stale():
+                yield from _follow.confirm(hold)  # (a hold in doubt is not joined: see _joinable)
+            names = yield Watched("get_children", self.path, gate.queue_changed, once=True)
         except Exception:
             return  # not known: the hold's own state decides (a suspended hold is not joined)
-        gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names))
+        gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names), epoch)
 
     def _release(self, me: Owner) -> Steps[None]:
         """Release one level of ``me``'s hold at once (LockError if ``me`` holds none); the steps left

@@ -119,13 +119,14 @@ class Watch(NamedTuple):
 class Watched(NamedTuple):
     """A read that leaves the caller's watch: kazoo's ``<kind>_async(path, watch=watch)`` for ``kind`` in
     ``get_children`` (a child watch) and ``exists`` (a data watch, set on a missing node too: it fires once
-    the node is made); kazoo calls ``watch`` once, on its I/O thread, at the next change. ``synced`` and the
-    retries as for :class:`Read`. Answer: kazoo's."""
+    the node is made); kazoo calls ``watch`` once, on its I/O thread, at the next change (or as the connection
+    drops). ``synced``, ``once`` and the retries as for :class:`Read`. Answer: kazoo's."""
 
     kind: str
     path: str
     watch: Callable[[Any], None]
     synced: bool = False
+    once: bool = False
 
 
 class Delete(NamedTuple):

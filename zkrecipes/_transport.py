@@ -211,7 +211,13 @@ class Transport:
         return _kazoo.outcome(create), listed, _kazoo.session_id(self.client)
 
     def _read(self, op: e.Read) -> Handler:
-        if self._session is not None:  # the run watched: the listing sent as a deletion was heard?
+        return self._reading(op, None)
+
+    def _read_watching(self, op: e.Watched) -> Handler:
+        return self._reading(op, op.watch)
+
+    def _reading(self, op: "e.Read | e.Watched", watch: Optional[Callable[[Any], None]]) -> Handler:
+        if self._session is not None and watch is None:  # the run watched: the listing sent as a deletion was heard?
             ready, self._ready = self._ready, None
             if ready is not None and ready[0] == op.path and op.kind == "get_children" and not (op.once or op.synced):
                 yield Reply(ready[1])
@@ -225,7 +231,7 @@ class Transport:
         def start() -> Any:
             if op.synced:  # answered before the read, in order: the read sees all committed before the sync
                 synced[:] = [self.client.sync_async(op.path.rsplit("/", 1)[0] or "/")]
-            return read(op.path)
+            return read(op.path) if watch is None else read(op.path, watch=watch)
 
         if not op.once:
             return (yield from self._call(start))
@@ -236,14 +242,6 @@ class Transport:
             done.get(block=False)  # a failed sync (the session expired) says more than the read after it
         yield Reply(ar, until)
         return ar.get(block=False)
-
-    def _read_watching(self, op: e.Watched) -> Handler:
-        def start() -> Any:  # the sync answered first, in order (see _read)
-            if op.synced:
-                self.client.sync_async(op.path.rsplit("/", 1)[0] or "/")
-            return getattr(self.client, op.kind + "_async")(op.path, watch=op.watch)
-
-        return (yield from self._call(start))
 
     def _read_all(self, op: e.ReadAll) -> Handler:
         pending = [self.client.get_async(path) for path in op.paths]  # pipelined

@@ -44,8 +44,10 @@ class ReadLock(ReadRecipe, FairLock):
     """The read side of a :class:`ReadWriteLock` (``<host>-R-<seq>`` nodes); same API as FairLock.
 
     Held when no writer is ahead in the queue; many readers hold at once. Local threads share one
-    read node, but a thread does not join it once a writer is queued behind it (that writer would
-    starve under steady local reads); it waits for the node to go and queues behind the writer. A
+    read node, and join it with no request while the queue behind it is known clear (one listing with
+    a child watch, until that watch fires); a thread does not join it once a writer is queued behind it
+    (that writer would starve under steady local reads): it waits for the node to go and queues
+    behind the writer. A
     thread holding the write lock may take the read lock (downgrade); a thread holding
     only the read lock gets LockError from the write side (an upgrade would deadlock).
     """

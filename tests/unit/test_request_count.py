@@ -56,7 +56,7 @@ def count(steps: e.Steps[Any], answer: Callable[[Any], Any]) -> "tuple[Dict[str,
             if t is e.CreateAndList:
                 seen["writes"] += 1
                 seen["reads"] += op.parent is not None  # the listing pipelined with it
-            elif t in (e.Read, e.Watch):
+            elif t in (e.Read, e.Watch, e.Watched):
                 seen["reads"] += 1
             elif t is e.Delete:
                 seen["writes"] += 1
@@ -75,8 +75,8 @@ def queue_answers(children: List[str], ours: str, joined: List[str] = ()) -> Cal
             if ours == "lock" and "lock" in now:
                 return NodeExistsError(), now, SID
             return (f"{op.path.rsplit('/', 1)[0]}/{ours}", stat()), [*now, ours], SID
-        if type(op) is e.Read:
-            return list(children)
+        if type(op) in (e.Read, e.Watched):
+            return list(children) if type(op) is e.Read else [*now, ours]
         if type(op) is e.Watch:
             return ZnodeStat(3, 3, 0, 0, 0, 0, 0, SID + 1, 0, 0, 3)  # someone else's
         if type(op) is e.Delete:
@@ -135,3 +135,37 @@ def test_a_try_that_loses_the_race_after_its_look_deletes_its_node_and_does_not_
     # the holder's node, which may be ours from a lost reply); no watch is left: the run's end drops it
     assert not held
     assert seen == ({"reads": 2, "writes": 2} if recipe != "exclusive" else {"reads": 3, "writes": 1})
+
+
+def test_a_read_that_joins_a_live_read_hold_sends_nothing_while_the_queue_behind_is_known_clear():
+    """Issue 48: the first local reader to join lists the queue once, with the gate's child watch; later
+    ones join with no request until that watch fires (a node came or went behind us)."""
+    rw = ReadWriteLock(client(), "/q")
+    read = rw.read()
+    answers = queue_answers([], "h-R-0000000005")
+    owners = [threading.Thread(target=lambda: None) for _ in range(4)]
+    seen, held = count(read._acquire(threading.current_thread(), True), answers)
+    assert held and seen == {"writes": 1, "reads": 1}  # our node: the create and its listing
+    seen, held = count(read._acquire(owners[0], True), answers)
+    assert held and seen == {"writes": 0, "reads": 1}  # the first join looks behind our node, with a watch
+    for owner in owners[1:3]:
+        seen, held = count(read._acquire(owner, True), answers)
+        assert held and seen == {"writes": 0, "reads": 0}  # joined: nothing sent
+    read._gate.queue_changed(None)  # something changed behind our node
+    seen, held = count(read._acquire(owners[3], True), answers)
+    assert held and seen == {"writes": 0, "reads": 1}  # looked again before joining
+    for owner in owners:
+        seen, _ = count(read._release(owner), answers)
+        assert seen == {"writes": 0, "reads": 0}  # a joined reader lets go locally
+    seen, _ = count(read._release(threading.current_thread()), answers)
+    assert seen == {"writes": 1, "reads": 0}  # the last reader deletes the node
+
+
+def test_a_writer_seen_behind_the_read_hold_stops_local_readers_joining():
+    read = ReadWriteLock(client(), "/q").read()
+    answers = queue_answers([], "h-R-0000000005", joined=["o-W-0000000006"])
+    count(read._acquire(threading.current_thread(), True), answers)
+    other = threading.Thread(target=lambda: None)
+    seen, held = count(read._acquire(other, False), answers)
+    assert not held and seen == {"writes": 0, "reads": 1}  # the look saw the writer: this reader does not join
+    count(read._release(threading.current_thread()), answers)

@@ -339,7 +339,8 @@ class ReadWriteLock(_rwlock.Pair[ReadLock, WriteLock]):
     """:class:`zkrecipes.ReadWriteLock` for asyncio: ``async with rw.read():`` / ``async with rw.write():``.
 
     Readers share; a writer holds alone; a queued writer blocks readers that come after it. Tasks of one
-    process share one read node (not once a writer is queued behind it). Downgrade: a task holding
+    process share one read node, joined with no request while the queue behind it is known clear (not
+    once a writer is queued behind it). Downgrade: a task holding
     ``write()`` may take ``read()`` and then release the write side.
     """
 
