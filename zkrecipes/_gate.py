@@ -258,32 +258,28 @@ class Gate:
             if self.line or self.wakers:
                 self.changed()
 
-    def unchecked_read_hold(self, me: Owner) -> Any:
-        """The read hold a new local reader ``me`` would join, if the queue behind its node is not known
-        clear (see :meth:`look_behind`) and no writer was seen there; else None."""
+    def start_look(self, hold: Any) -> Optional[int]:
+        """A reader that just joined read hold ``hold``: must it list the queue behind our node first? The
+        :attr:`behind_epoch` to pass to :meth:`look_behind` if so; None if the queue behind is known clear
+        or a writer was seen there."""
         with self.mutex:
-            hold = self.hold
-            if (
-                hold is None
-                or self.mode != READ
-                or self.writer_behind is hold
-                or self.clear_behind is hold
-                or me in self.counts
-            ):
+            if self.hold is not hold or hold is self.writer_behind or hold is self.clear_behind:
                 return None
-            return hold
+            return self.behind_epoch
 
-    def look_behind(self, hold: Any, mine: Optional[QueueNode], queue: Sequence[QueueNode], epoch: int) -> None:
+    def look_behind(
+        self, hold: Any, mine: Optional[QueueNode], queue: Optional[Sequence[QueueNode]], epoch: int
+    ) -> None:
         """``queue`` was listed, with :meth:`queue_changed` as its child watch, for read hold ``hold`` (our node
-        ``mine``; ``epoch``: :attr:`behind_epoch` as the listing was sent). A node that is not a reader queued
-        behind ours: later local readers queue in ZooKeeper behind it instead of joining our node, so
-        steady local reads cannot starve it. None: the queue behind is clear until the watch fires, and
-        local readers join with no request meanwhile."""
-        if mine is None:
-            return
-        writer = any(n.kind != READ and distance(n.sequence, mine.sequence) > 0 for n in queue)
+        ``mine``; ``epoch``: what :meth:`start_look` gave; ``queue`` None: the listing failed). A node that
+        is not a reader queued behind ours: later local readers queue in ZooKeeper behind it instead of
+        joining our node, so steady local reads cannot starve it. None: the queue behind is clear until the
+        watch fires, and local readers join with no request meanwhile."""
+        writer = queue is not None and mine is not None and any(
+            n.kind != READ and distance(n.sequence, mine.sequence) > 0 for n in queue
+        )
         with self.mutex:
-            if self.hold is not hold:
+            if self.hold is not hold or queue is None:
                 return
             if writer:
                 self.writer_behind = hold

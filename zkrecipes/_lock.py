@@ -275,16 +275,23 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
         mine = gate.owned(me) if reentrant and gate.counts else None  # (only ``me`` adds itself to counts)
         if mine is not None:  # a re-entry: confirm a stalled hold first (the gate trusts only a confirmed one)
             yield from _follow.confirm(mine)
-        elif self._kind == naming.READ:
-            yield from self._look_for_writers(gate, me)
+        elif self._kind == naming.READ and gate.mode == naming.READ:
+            stalled = gate.hold
+            if stalled is not None and stalled.stale():  # a hold the process stood still on: confirm it first
+                yield from _follow.confirm(stalled)
         try:
-            entered = yield from _gate.enter(
-                gate, me, self._kind, blocking, _joinable, self.tolerate_suspended, self._title, reentrant
-            )
+            while True:
+                entered = yield from _gate.enter(
+                    gate, me, self._kind, blocking, _joinable, self.tolerate_suspended, self._title, reentrant
+                )
+                if entered is not Entered.HAVE or mine is not None or self._kind != naming.READ:
+                    break
+                if (yield from self._look_behind(gate, me, gate.hold)):  # a new owner joined other owners' read
+                    break
         except (DeadlinePassed, Cancelled):
             return False
         if entered is Entered.HAVE:
-            if mine is None:  # a new owner joined the read hold of other owners
+            if mine is None:
                 (self._by_object or self)._track(me, gate)
             self._attach(gate, gate.hold)
             return True
@@ -315,21 +322,31 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
             self._follow(hold)
         return True
 
-    def _look_for_writers(self, gate: Gate, me: Owner) -> Steps[None]:
-        """Before an owner joins this process's read hold: nothing while the queue behind it is known clear,
-        else one listing that sets the gate's child watch (see :meth:`Gate.look_behind
-        <zkrecipes._gate.Gate.look_behind>`); a hold the process stood still on is confirmed first."""
-        hold = gate.unchecked_read_hold(me)
-        if hold is None:
-            return
-        epoch = gate.behind_epoch
-        try:
-            if hold.stale():
-                yield from _follow.confirm(hold)  # (a hold in doubt is not joined: see _joinable)
-            names = yield Watched("get_children", self.path, gate.queue_changed, once=True)
-        except Exception:
-            return  # not known: the hold's own state decides (a suspended hold is not joined)
-        gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), self._format.sort(names), epoch)
+    def _look_behind(self, gate: Gate, me: Owner, hold: Hold) -> Steps[bool]:
+        """After ``me`` joined this process's read hold: nothing while the queue behind it is known clear,
+        else one listing that sets the gate's child watch (:meth:`Gate.look_behind
+        <zkrecipes._gate.Gate.look_behind>`); ``me`` holds meanwhile, so the hold cannot end under it. True:
+        ``me`` stays; False: a writer is queued behind our node, ``me`` left it again (and deleted it if it
+        was the last). A deadline, cancel or Ctrl-C meanwhile leaves too, then is raised."""
+        epoch = gate.start_look(hold)
+        cut: Optional[BaseException] = None
+        if epoch is not None:
+            queue = None
+            try:
+                queue = self._format.sort((yield Watched("get_children", self.path, gate.queue_changed, once=True)))
+            except (DeadlinePassed, Cancelled) as exc:
+                cut = exc
+            except Exception:
+                pass  # not known: the hold's own state decides, and the next reader to join looks again
+            except BaseException as exc:  # Ctrl-C: acquire() raises, so ``me`` must not stay
+                cut = exc
+            gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), queue, epoch)
+        if cut is None and gate.writer_behind is not hold:
+            return True
+        yield from _gate.finish_leave(gate, gate.leave(me, self._kind))
+        if cut is not None:
+            raise cut
+        return False
 
     def _release(self, me: Owner) -> Steps[None]:
         """Release one level of ``me``'s hold at once (LockError if ``me`` holds none); the steps left

@@ -217,15 +217,16 @@ def test_a_node_that_is_not_a_reader_queued_behind_our_read_node_stops_local_rea
     with g.cond:
         assert g.try_enter(1, READ, good) is Entered.QUEUE
     g.granted(1, READ, HOLD)
-    assert g.unchecked_read_hold(2) is HOLD and g.unchecked_read_hold(1) is None  # (1 holds already)
+    epoch = g.start_look(HOLD)
+    assert epoch is not None and g.start_look(HOLD) == epoch  # each joiner looks until one answer is in
     queue = [n for _, n in formats.sort_any(["h-R-0000000005", behind])]
-    g.look_behind(HOLD, naming.parse("h-R-0000000005"), queue, g.behind_epoch)
-    assert g.unchecked_read_hold(2) is None  # a writer seen, or the queue behind known clear: no more listings
+    g.look_behind(HOLD, naming.parse("h-R-0000000005"), queue, epoch)
+    assert g.start_look(HOLD) is None  # a writer seen, or the queue behind known clear: no more listings
     assert (g.clear_behind is HOLD) is not starved
     with g.cond:
         assert g.try_enter(2, READ, good) is (Entered.WAIT if starved else Entered.HAVE)
     g.queue_changed(None)  # the child watch fired: a change behind us may be a writer
-    assert g.clear_behind is None and (g.unchecked_read_hold(3) is None) is starved  # (a writer seen stays seen)
+    assert g.clear_behind is None and (g.start_look(HOLD) is None) is starved  # (a writer seen stays seen)
 
 
 def test_a_listing_sent_before_the_child_watch_fired_does_not_make_the_queue_clear():
@@ -236,12 +237,17 @@ def test_a_listing_sent_before_the_child_watch_fired_does_not_make_the_queue_cle
         assert g.try_enter(1, READ, good) is Entered.QUEUE
     g.granted(1, READ, HOLD)
     mine = naming.parse("h-R-0000000005")
-    epoch = g.behind_epoch  # the listing is sent
+    epoch = g.start_look(HOLD)  # the listing is sent
     g.queue_changed(None)  # kazoo's thread: the watch fired before the listing's answer was read
     g.look_behind(HOLD, mine, [mine], epoch)
-    assert g.clear_behind is None and g.unchecked_read_hold(2) is HOLD  # the next reader lists again
-    g.look_behind(HOLD, mine, [mine], g.behind_epoch)
-    assert g.clear_behind is HOLD and g.unchecked_read_hold(2) is None
+    assert g.clear_behind is None
+    epoch = g.start_look(HOLD)  # the next reader lists again
+    assert epoch is not None
+    g.look_behind(HOLD, mine, None, epoch)  # that listing failed: nothing learnt, the next one looks
+    epoch = g.start_look(HOLD)
+    assert epoch is not None
+    g.look_behind(HOLD, mine, [mine], epoch)
+    assert g.clear_behind is HOLD and g.start_look(HOLD) is None
     assert g.leave(1, READ).last and g.clear_behind is None  # the hold's end forgets it
 
 

@@ -165,7 +165,32 @@ def test_a_writer_seen_behind_the_read_hold_stops_local_readers_joining():
     read = ReadWriteLock(client(), "/q").read()
     answers = queue_answers([], "h-R-0000000005", joined=["o-W-0000000006"])
     count(read._acquire(threading.current_thread(), True), answers)
-    other = threading.Thread(target=lambda: None)
-    seen, held = count(read._acquire(other, False), answers)
-    assert not held and seen == {"writes": 0, "reads": 1}  # the look saw the writer: this reader does not join
+    first, second = threading.Thread(target=lambda: None), threading.Thread(target=lambda: None)
+    seen, held = count(read._acquire(first, False), answers)
+    assert not held and seen == {"writes": 0, "reads": 1}  # joined, looked behind our node, saw a writer, left
+    seen, held = count(read._acquire(second, False), answers)
+    assert not held and seen == {"writes": 0, "reads": 0}  # the writer known: this reader does not join
+    assert read._gate.counts.keys() == {threading.current_thread()}  # neither stayed
+    count(read._release(threading.current_thread()), answers)
+
+
+@pytest.mark.parametrize("cut", [e.DeadlinePassed(), e.Cancelled(), KeyboardInterrupt()])
+def test_a_joiner_cut_short_while_it_looks_behind_leaves_the_hold(cut):
+    """A joiner holds while it lists the queue behind the read node; a deadline or cancel then makes its
+    acquire return False, a Ctrl-C raise -- either way it no longer holds (the first reader still does)."""
+    read = ReadWriteLock(client(), "/q").read()
+    answers = queue_answers([], "h-R-0000000005")
+    count(read._acquire(threading.current_thread(), True), answers)
+    joiner = threading.Thread(target=lambda: None)
+    steps = read._acquire(joiner, True)
+    assert type(steps.send(None)) is e.Watched  # the look, the joiner counted meanwhile
+    assert joiner in read._gate.counts
+    if isinstance(cut, KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt):
+            steps.throw(cut)
+    else:
+        with pytest.raises(StopIteration) as stop:
+            steps.throw(cut)
+        assert stop.value.value is False
+    assert read._gate.counts.keys() == {threading.current_thread()}
     count(read._release(threading.current_thread()), answers)
