@@ -85,6 +85,43 @@ def test_expired_reader_is_told_too(zk_factory):
     writer.release()
 
 
+def test_a_reader_that_joined_the_read_hold_is_told_as_its_creator_is(zk_factory):
+    """Issue 48: a thread that joined its process's read node (no request of its own) learns of the hold's
+    loss exactly as the thread that created the node: its own lock object's listeners and ``lost``, and
+    ``check()`` on either thread raise LockLost."""
+    client = zk_factory(timeout=3.0)
+    creator, joiner = ReadWriteLock(client, "/expire-j").read(), ReadWriteLock(client, "/expire-j").read()
+    logs = StateLog(creator), StateLog(joiner)
+    assert creator.acquire()
+    checked: dict = {}
+    joined, lost_seen = threading.Event(), threading.Event()
+
+    def join() -> None:
+        assert joiner.acquire(timeout=10)
+        checked["node"] = joiner.node
+        joined.set()
+        lost_seen.wait(20)
+        try:
+            joiner.check()
+        except LockLost as exc:
+            checked["error"] = exc
+        joiner.release()
+
+    t = threading.Thread(target=join)
+    t.start()
+    assert joined.wait(15) and checked["node"] == creator.node  # one shared node
+    expire_session(client)
+    for log in logs:
+        log.wait_for("lost", timeout=10)
+    assert creator.lost.is_set() and joiner.lost.is_set()
+    lost_seen.set()
+    t.join(15)
+    assert isinstance(checked.get("error"), LockLost)
+    with pytest.raises(LockLost):
+        creator.check()
+    creator.release()
+
+
 @pytest.mark.parametrize("recipe", ["fair", "exclusive"])
 def test_cut_past_the_session_timeout_is_suspended_then_lost(zk_factory, partition, recipe):
     make = RECIPES[recipe]
