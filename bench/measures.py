@@ -76,6 +76,42 @@ LOCKS: dict = {
 }
 
 
+# -- what the runs of a measure have in common -----------------------------------------------------
+
+
+def _per_cycle(cycles: list) -> dict:
+    """Over the ``cycles`` (each ``{"requests": by type, "notifications": n}``) of one run: their count,
+    notifications per release (mean, min, max; None when no cycle) and requests per cycle (by type, total)."""
+    notes = [c["notifications"] for c in cycles]
+    req_tot: collections.Counter = collections.Counter()
+    for c in cycles:
+        req_tot.update(c["requests"])
+    nc = max(len(cycles), 1)
+    return {
+        "cycles": len(cycles),
+        "notifications_per_release": sum(notes) / nc,
+        "notifications_min": min(notes) if notes else None,
+        "notifications_max": max(notes) if notes else None,
+        "requests_per_cycle": {k: v / nc for k, v in sorted(req_tot.items())},
+        "requests_total_per_cycle": sum(req_tot.values()) / nc,
+    }
+
+
+def _over_runs(mine: list, per: str) -> dict:
+    """What a row says of its repeated runs ``mine`` alike: requests ``per`` acquire or cycle by type and in
+    total (means), notifications per release (mean), errors (sum), and whether every run ended cleanly."""
+    req: collections.Counter = collections.Counter()
+    for r in mine:
+        req.update({k: v / len(mine) for k, v in r[f"requests_per_{per}"].items()})
+    return {
+        f"requests_per_{per}": dict(sorted(req.items())),
+        f"requests_total_per_{per}": sum(req.values()),
+        "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
+        "errors": sum(r["errors"] for r in mine),
+        "clean_exit": all(r["clean_exit"] for r in mine),
+    }
+
+
 @dataclass
 class Ctx:
     pool: Pool
@@ -328,9 +364,6 @@ def contended(ctx: Ctx, sizes: list, reps: int, duration: float, floor_samples: 
                 k = [r for r in runs if r["impl"] == K_LOCK and r["sessions"] == n and r["rep"] == rep]
                 if a and k:
                     per_rep.append(ratio(median(a[0]["handoffs"]), median(k[0]["handoffs"])))
-            req = collections.Counter()
-            for r in mine:
-                req.update({k: v / len(mine) for k, v in r["requests_per_acquire"].items()})
             rows.append(
                 {
                     "impl": name,
@@ -343,11 +376,7 @@ def contended(ctx: Ctx, sizes: list, reps: int, duration: float, floor_samples: 
                     "throughput_by_rep": [r["throughput_per_s"] for r in mine],
                     "acquisitions": sum(r["acquisitions"] for r in mine),
                     "self_reacquire": sum(r["self_reacquire"] for r in mine),
-                    "requests_per_acquire": dict(sorted(req.items())),
-                    "requests_total_per_acquire": sum(req.values()),
-                    "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
-                    "errors": sum(r["errors"] for r in mine),
-                    "clean_exit": all(r["clean_exit"] for r in mine),
+                    **_over_runs(mine, "acquire"),
                 }
             )
     return {
@@ -457,21 +486,11 @@ def herd_run(ctx: Ctx, name: str, clients: list, handoffs: int, warmup: int, max
     ok = join_all(threads, 300, cancel_all)
     ctx.pool.quiet(clients, settle=0.05, timeout=30)
     watches_after = server_watches(ctx.pool.servers)
-    notes = [c["notifications"] for c in cycles]
-    req_tot = collections.Counter()
-    for c in cycles:
-        req_tot.update(c["requests"])
-    nc = max(len(cycles), 1)
     return {
         "impl": name,
         "waiters": w,
         "latencies": latencies,
-        "cycles": len(cycles),
-        "notifications_per_release": sum(notes) / nc,
-        "notifications_max": max(notes) if notes else None,
-        "notifications_min": min(notes) if notes else None,
-        "requests_per_cycle": {k: v / nc for k, v in sorted(req_tot.items())},
-        "requests_total_per_cycle": sum(req_tot.values()) / nc,
+        **_per_cycle(cycles),
         "server_watches_left": (
             None if watches_before is None or watches_after is None else watches_after - watches_before
         ),
@@ -522,9 +541,6 @@ def herd(ctx: Ctx, sizes: list, handoffs: dict, reps: dict) -> dict:
             lat = summary([x for r in mine for x in r["latencies"]])
             if base is None:
                 base = lat["median_ms"]
-            req = collections.Counter()
-            for r in mine:
-                req.update({k: v / len(mine) for k, v in r["requests_per_cycle"].items()})
             rows.append(
                 {
                     "impl": name,
@@ -532,21 +548,17 @@ def herd(ctx: Ctx, sizes: list, handoffs: dict, reps: dict) -> dict:
                     "handoff": lat,
                     "ratio_to_smallest_w": ratio(lat["median_ms"], base),
                     "cycles": sum(r["cycles"] for r in mine),
-                    "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
+                    **_over_runs(mine, "cycle"),
                     "notifications_min": min(
                         (r["notifications_min"] for r in mine if r["notifications_min"] is not None), default=None
                     ),
                     "notifications_max": max(
                         (r["notifications_max"] for r in mine if r["notifications_max"] is not None), default=None
                     ),
-                    "requests_per_cycle": dict(sorted(req.items())),
-                    "requests_total_per_cycle": sum(req.values()),
                     "server_watches_left": [r["server_watches_left"] for r in mine],
                     "unsettled": sum(r["unsettled"] for r in mine),
                     "warmup_cut": sum(r["warmup_cut"] for r in mine),
                     "cut_short": sum(r["cut_short"] for r in mine),
-                    "errors": sum(r["errors"] for r in mine),
-                    "clean_exit": all(r["clean_exit"] for r in mine),
                     "seconds": sum(r["seconds"] for r in mine),
                 }
             )
@@ -859,9 +871,6 @@ def one_client(ctx: Ctx, threads_n: int, duration: float, reps: int, thinks: tup
     for think in thinks:
         for name in impls:
             mine = [r for r in runs if r["impl"] == name and r["think"] == think]
-            req = collections.Counter()
-            for r in mine:
-                req.update({k: v / len(mine) for k, v in r["requests_per_acquire"].items()})
             rows.append(
                 {
                     "impl": name,
@@ -871,15 +880,11 @@ def one_client(ctx: Ctx, threads_n: int, duration: float, reps: int, thinks: tup
                     "throughput_per_s": median([r["throughput_per_s"] for r in mine]),
                     "throughput_by_rep": [r["throughput_per_s"] for r in mine],
                     "acquisitions": sum(r["acquisitions"] for r in mine),
-                    "requests_per_acquire": dict(sorted(req.items())),
-                    "requests_total_per_acquire": sum(req.values()),
-                    "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
+                    **_over_runs(mine, "acquire"),
                     "min_max_per_thread": [
                         min(r["min_max_per_thread"][0] for r in mine),
                         max(r["min_max_per_thread"][1] for r in mine),
                     ],
-                    "errors": sum(r["errors"] for r in mine),
-                    "clean_exit": all(r["clean_exit"] for r in mine),
                 }
             )
     return {
@@ -1079,23 +1084,13 @@ def semaphore_run(ctx: Ctx, name: str, n: int, clients: list, handoffs: int, war
         for t in threads:
             t.join(0.05)
     ok = not any(t.is_alive() for t in threads)
-    notes = [c["notifications"] for c in cycles]
-    req_tot: collections.Counter = collections.Counter()
-    for c in cycles:
-        req_tot.update(c["requests"])
-    nc = max(len(cycles), 1)
     return {
         "impl": name,
         "max_leases": n,
         "waiters": w,
         "releaser": pick,
         "handoff_s": latencies,
-        "cycles": len(cycles),
-        "notifications_per_release": sum(notes) / nc,
-        "notifications_min": min(notes) if notes else None,
-        "notifications_max": max(notes) if notes else None,
-        "requests_per_cycle": {k: v / nc for k, v in sorted(req_tot.items())},
-        "requests_total_per_cycle": sum(req_tot.values()) / nc,
+        **_per_cycle(cycles),
         "peak_holders": st.peak,
         "errors": st.errors,
         "clean_exit": ok,
@@ -1127,9 +1122,6 @@ def semaphore(ctx: Ctx, cases: list, handoffs: int, reps: int = 1) -> dict:
             lat = summary([x for r in mine for x in r["latencies"]])
             if name == K_SEM:
                 base = lat["median_ms"]
-            req: collections.Counter = collections.Counter()
-            for r in mine:
-                req.update({k: v / len(mine) for k, v in r["requests_per_cycle"].items()})
             rows.append(
                 {
                     "impl": name,
@@ -1139,14 +1131,10 @@ def semaphore(ctx: Ctx, cases: list, handoffs: int, reps: int = 1) -> dict:
                     "handoff": lat,
                     "ratio_to_kazoo": ratio(lat["median_ms"], base),
                     "cycles": sum(r["cycles"] for r in mine),
-                    "notifications_per_release": sum(r["notifications_per_release"] for r in mine) / len(mine),
+                    **_over_runs(mine, "cycle"),
                     "notifications_min": min(r["notifications_min"] for r in mine),
                     "notifications_max": max(r["notifications_max"] for r in mine),
-                    "requests_per_cycle": dict(sorted(req.items())),
-                    "requests_total_per_cycle": sum(req.values()),
                     "peak_holders": max(r["peak_holders"] for r in mine),
-                    "errors": sum(r["errors"] for r in mine),
-                    "clean_exit": all(r["clean_exit"] for r in mine),
                 }
             )
     return {"mode": "threads in one process, one KazooClient session each", "reps": reps, "rows": rows}
