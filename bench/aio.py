@@ -47,11 +47,7 @@ FULL = {"tasks": 1000, "clients": 10, "handoffs": 400, "ops": 50, "blocks": 30, 
 
 
 def _client(hosts: str, i: int = 0) -> KazooClient:
-    servers = harness.server_list(hosts)
-    k = i % len(servers)
-    chroot = hosts.split("/", 1)[1] if "/" in hosts else ""
-    c = KazooClient(hosts=",".join(servers[k:] + servers[:k]) + (f"/{chroot}" if chroot else ""),
-                    randomize_hosts=False, timeout=20.0)
+    c = KazooClient(hosts=harness.hosts_for(hosts, i), randomize_hosts=False, timeout=20.0)
     c.start(60)
     return c
 
@@ -426,10 +422,8 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--hosts")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap = harness.arguments(__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every measure runs")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--impl", default="aio", help=argparse.SUPPRESS)
     for name in FULL:
@@ -444,19 +438,9 @@ def main(argv=None) -> int:
             setattr(args, name, value)
         print(json.dumps(WORKERS[args.worker](args)))
         return 0
-    t0 = time.monotonic()
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    ensemble = None
-    try:
-        if args.hosts:
-            hosts, desc = args.hosts, f"external ensemble {args.hosts}"
-        else:
-            from zkrecipes.testing import Ensemble
-
-            ensemble = Ensemble(size=3, force_sync=False)
-            ensemble.start()
-            hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
-        log = lambda msg: print(f"[aio bench {time.monotonic() - t0:5.1f}s] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    meta = harness.Run()
+    log = harness.logger("aio bench")
+    with harness.zookeeper(args.hosts) as (hosts, desc):
         log(f"{cfg['tasks']} tasks on {cfg['clients']} clients")
         thousand_run = _spawn("thousand", "aio", hosts, cfg)
         pp: Dict[str, List[dict]] = {"aio": [], "threaded": []}
@@ -467,23 +451,14 @@ def main(argv=None) -> int:
                 pp[impl].append(_spawn("pingpong", impl, hosts, cfg))
         log(f"uncontended: {cfg['blocks']} blocks of {cfg['ops']} ops each, the two processes in turn")
         uncontended_rows = uncontended_pair(hosts, cfg)
-    finally:
-        if ensemble is not None:
-            ensemble.close()
     pingpong_rows = {}
     for impl, runs in pp.items():
         samples = sorted(s / 1e3 for r in runs for s in r["wake_samples_ms"])
         pingpong_rows[impl] = _summary(samples)
     result = {"config": cfg, "thousand": thousand_run, "pingpong": pingpong_rows, "uncontended": uncontended_rows,
-              "meta": {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0}}
-    os.makedirs(args.out, exist_ok=True)
-    name = "aio"
-    with open(os.path.join(args.out, f"{name}.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-    md = markdown(result)
-    with open(os.path.join(args.out, f"{name}.md"), "w") as f:
-        f.write(md)
-    print(md, file=sys.stderr)
+              "meta": meta.meta(ensemble=desc)}
+    harness.write_json(args.out, "aio", result)
+    print(harness.write_report(args.out, "aio", result, markdown), file=sys.stderr)
     return 0
 
 

@@ -55,16 +55,11 @@ import argparse
 import asyncio
 import bisect
 import collections
-import contextlib
-import json
 import os
 import shutil
-import subprocess
 import sys
 import threading
 import time
-import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -72,6 +67,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness  # noqa: E402
+from bench.harness import Proc, cell  # noqa: E402
 from zkrecipes.testing import _java  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -95,19 +91,10 @@ QUICK = {"sizes": [[10, 1], [20, 5], [50, 20]], "warmup_s": 2.0, "window_s": 6.0
 SMOKE = {"sizes": [[2, 2]], "warmup_s": 0.5, "window_s": 1.5, "reps": 1, "floor_reps": 20, "floor_warmup": 3}
 
 
-def log(msg: str, _t0: float = time.monotonic()) -> None:
-    print(f"[contention {time.monotonic() - _t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+log = harness.logger("contention")
 
 
 # -- the contender processes ----------------------------------------------------------------------
-
-
-def _hosts_for(hosts: str, i: int) -> str:
-    """``hosts`` with its server list rotated by ``i`` (process i connects to server i mod size first)."""
-    servers = harness.server_list(hosts)
-    k = i % len(servers)
-    chroot = hosts.split("/", 1)[1] if "/" in hosts else ""
-    return ",".join(servers[k:] + servers[:k]) + (f"/{chroot}" if chroot else "")
 
 
 def stamp_notifications(client: Any, reads: List[int], events: List[int]) -> None:
@@ -146,7 +133,7 @@ def stamp_notifications(client: Any, reads: List[int], events: List[int]) -> Non
 def _connect(hosts: str, index: int, session: float, reads: List[int], events: List[int], ours: bool = False) -> Any:
     from kazoo.client import KazooClient
 
-    client = KazooClient(hosts=_hosts_for(hosts, index), randomize_hosts=False, timeout=session)
+    client = KazooClient(hosts=harness.hosts_for(hosts, index), randomize_hosts=False, timeout=session)
     if ours:
         from zkrecipes import _kazoo
 
@@ -237,11 +224,7 @@ def _contenders(client: Any, impl: str, path: str, threads: int, start_ns: int, 
             except Exception as e:  # reported, counted as an error of the run
                 results[k] = e
 
-        workers = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-        for t in workers:
-            t.start()
-        for t in workers:
-            t.join()
+        harness.in_threads(run, threads)
     out = []
     for k, r in sorted(results.items()):
         if isinstance(r, BaseException):
@@ -333,67 +316,6 @@ def pool(args: argparse.Namespace) -> int:
     return 0
 
 
-class Proc:
-    """A process on stdio: lines of its stdout collected by a thread, lines sent on its stdin."""
-
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.lines: List[str] = []
-        self._seen = 0  # lines already looked at by wait_for
-        self._cond = threading.Condition()
-        self._done = False
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
-        with self._cond:
-            self._done = True
-            self._cond.notify_all()
-
-    def wait_for(self, pred: Callable[[str], bool], what: str, deadline: float) -> str:
-        """The first line not looked at before that satisfies ``pred`` (lines are looked at once, in order)."""
-        with self._cond:
-            while True:
-                while self._seen < len(self.lines):
-                    line = self.lines[self._seen]
-                    self._seen += 1
-                    if pred(line):
-                        return line
-                left = deadline - time.monotonic()
-                if self._done or left <= 0:
-                    err = ""
-                    if self._done and self.proc.stderr is not None:
-                        self.proc.wait(10)
-                        err = self.proc.stderr.read()[-2000:]
-                    why = "ended" if self._done else "timed out"
-                    raise RuntimeError(f"process {self.proc.args!r} {why} before {what!r}: {err}")
-                self._cond.wait(left)
-
-    def wait_line(self, word: str, deadline: float) -> None:
-        self.wait_for(lambda line: line == word, word, deadline)
-
-    def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                try:
-                    f.close()
-                except OSError:
-                    pass
-
-
 def curator_classpath(java_dir: str = "/usr/share/java") -> Tuple[Optional[str], str]:
     """``(classpath, "")`` with JAVA_SOURCE compiled (the kit's one compile-and-cache helper), or ``(None, why)``."""
     return _java.curator_classpath(JAVA_SOURCE, java_dir)
@@ -404,7 +326,7 @@ def _argv(impl: str, hosts: str, path: str, i: int, threads: int, session: float
     if impl == CURATOR:
         assert classpath is not None
         java = shutil.which("java") or "java"
-        return [java, *JAVA_OPTS, "-cp", classpath, "CuratorContender", _hosts_for(hosts, i), path, str(threads),
+        return [java, *JAVA_OPTS, "-cp", classpath, "CuratorContender", harness.hosts_for(hosts, i), path, str(threads),
                 str(int(session * 1000)), str(work_us)]
     return [sys.executable, os.path.abspath(__file__), "--worker", impl, "--hosts", hosts, "--path", path,
             "--index", str(i), "--threads", str(threads), "--session", str(session), "--work-us", str(work_us)]
@@ -512,7 +434,7 @@ def floor_deleter(args: argparse.Namespace) -> int:
     server R mod size, say ``d R CALL RETURN`` (ns)."""
     from kazoo.client import KazooClient
 
-    clients = [KazooClient(hosts=_hosts_for(args.hosts, k), randomize_hosts=False, timeout=args.session)
+    clients = [KazooClient(hosts=harness.hosts_for(args.hosts, k), randomize_hosts=False, timeout=args.session)
                for k in range(len(harness.server_list(args.hosts)))]
     for c in clients:
         c.start(60)
@@ -584,12 +506,7 @@ def _ms(ns: float) -> float:
     return ns / 1e6
 
 
-def _dist(values_ns: List[int]) -> Dict[str, Any]:
-    s = sorted(values_ns)
-    if not s:
-        return {"n": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None, "max_ms": None}
-    return {"n": len(s), "p50_ms": _ms(harness.percentile(s, 0.5)), "p90_ms": _ms(harness.percentile(s, 0.9)),
-            "p99_ms": _ms(harness.percentile(s, 0.99)), "max_ms": _ms(s[-1])}
+_dist = harness.dist_ms
 
 
 def analyse(grants: Sequence[Tuple[str, int, int, int, int]], contenders: Sequence[str], w0: int,
@@ -742,8 +659,7 @@ def _row_key(r: Dict[str, Any]) -> Tuple[int, int, int, int]:
 # -- report ---------------------------------------------------------------------------------------
 
 
-def _f(x: Optional[float], fmt: str = "{:.1f}") -> str:
-    return "—" if x is None else fmt.format(x)
+_f = cell
 
 
 def markdown(result: Dict[str, Any]) -> str:
@@ -754,9 +670,7 @@ def markdown(result: Dict[str, Any]) -> str:
         return f" rep {r['rep'] + 1}" if reps > 1 else ""
 
     lines = [
-        f"Run {m['started']} · `{m['command']}` · commit {m['machine'].get('commit', '?')} · {m['ensemble']} · "
-        f"ZooKeeper {m.get('zookeeper') or '?'} · {m['duration_s']:.0f} s · load average "
-        f"{m['machine']['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f} on {m['machine']['cpus']} CPUs",
+        harness.run_line(m),
         "",
         f"One lock path; every contender loops acquire -> {cfg['work_us'] / 1000:g} ms busy work -> release; "
         f"{cfg['warmup_s']:g} s warm-up, then {cfg['window_s']:g} s measured; session timeout {cfg['session_s']:g} s; "
@@ -851,13 +765,9 @@ def markdown(result: Dict[str, Any]) -> str:
 def plot(result: Dict[str, Any], path: str) -> Optional[str]:
     """Write the plot: per layout, grants/s and hand-off p50 (with the floor) / p90 / p99 / max against N for
     every implementation; return why not (no matplotlib) or None."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install -e '.[bench]')"
+    plt = harness.pyplot()
+    if plt is None:
+        return harness.NO_MATPLOTLIB
     from matplotlib import ticker
 
     rows = [r for r in result["rows"] if r["rep"] == 0]
@@ -899,23 +809,9 @@ def plot(result: Dict[str, Any], path: str) -> Optional[str]:
                 ax.yaxis.set_minor_formatter(ticker.NullFormatter())
             if title in ("hand-off p50 (ms)", "hand-off max (ms)"):
                 ax.legend(fontsize=7, loc="upper left")
-    m = result["meta"]
-    fig.suptitle(f"One lock, N contenders (session {result['config']['session_s']:g} s) · {m['started']} · "
-                 f"commit {m['machine'].get('commit', '?')}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    harness.save_figure(plt, fig, path, 80, f"One lock, N contenders (session {result['config']['session_s']:g} s) · "
+                        f"{harness.stamp(result['meta'])}", fontsize=10)
     return None
-
-
-def write_report(result: Dict[str, Any], out: str) -> str:
-    why = plot(result, os.path.join(out, "contention.png"))
-    md = markdown(result)
-    if why:
-        md += f"\nNo plot: {why}.\n"
-    with open(os.path.join(out, "contention.md"), "w") as f:
-        f.write(md)
-    return md
 
 
 # -- main -----------------------------------------------------------------------------------------
@@ -925,13 +821,8 @@ def run(hosts: str, cfg: Dict[str, Any], impls: Sequence[str], classpath: Option
         layouts: Sequence[str] = LAYOUTS) -> Tuple[List[Dict[str, Any]], List[Dict[str, Any]]]:
     """Every N: the floor first, then each layout's fleets (layouts and implementations in rotating order).
     Returns the rows and the floors."""
-    from kazoo.client import KazooClient
-
-    root = f"/zkrecipes-contention/{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=hosts, timeout=20.0)
-    admin.start(60)
     rows, floors = [], []
-    try:
+    with harness.admin(hosts, "contention") as (admin, root):
         for rep in range(cfg["reps"]):
             for k, (procs, per) in enumerate(cfg["sizes"]):
                 n = procs * per
@@ -959,20 +850,13 @@ def run(hosts: str, cfg: Dict[str, Any], impls: Sequence[str], classpath: Option
                             f"{_f(h['p99_ms'])} max {_f(h['max_ms'])} ms, overlaps {row['overlaps']}, "
                             f"errors {row['errors']}")
                         rows.append(row)
-        with contextlib.suppress(Exception):  # a killed contender's node stays until its session ends
-            admin.delete(root, recursive=True)
-    finally:
-        admin.stop()
-        admin.close()
     return rows, floors
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.arguments(__doc__)
     ap.add_argument("--quick", action="store_true", help="the same sizes with 2 s warm-up + 6 s windows")
     ap.add_argument("--smoke", action="store_true", help="tiny N and windows: checks that the tool runs")
-    ap.add_argument("--hosts", help="connect string of a running ensemble (default: start 3 local servers)")
-    ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--reps", type=int, help="repetitions of every run (default 1)")
     ap.add_argument("--sizes", help="comma-separated N, a subset of 10,100,1000 (default all)")
     ap.add_argument("--session", type=float, default=10.0, help="session timeout in seconds (default 10)")
@@ -997,8 +881,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.floor:
         return floor_watcher(args) if args.floor == "watcher" else floor_deleter(args)
     if args.report_only:
-        with open(os.path.join(args.out, "contention.json")) as f:
-            print(write_report(json.load(f), args.out))
+        print(harness.write_report(args.out, "contention", harness.read_json(args.out, "contention"), markdown, plot))
         return 0
     if args.session <= 0:
         ap.error(f"--session must be positive, got {args.session!r}")
@@ -1018,48 +901,22 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error(f"--sizes names none of the configured N: {args.sizes!r}")
     cfg.update({"session_s": args.session, "work_us": 200, "drain_s": 120.0, "layouts": layouts})
     impls = list(args.impls)
-    classpath, curator_absent = None, ""
-    if CURATOR in impls:
-        classpath, curator_absent = curator_classpath()
-        if classpath is None:
-            impls.remove(CURATOR)
-            log(f"Curator left out: {curator_absent}")
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python bench/contention.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
-    mach = harness.machine()
-    t0 = time.monotonic()
-    ensemble = None
-    try:
-        if args.hosts:
-            hosts, desc = args.hosts, f"external ensemble {args.hosts}"
-        else:
-            from zkrecipes.testing import Ensemble
-
-            ensemble = Ensemble(size=3, force_sync=False)
-            log("starting 3 ZooKeeper servers")
-            ensemble.start()
-            hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
+    classpath, curator_absent = harness.curator(impls, CURATOR, JAVA_SOURCE, log)
+    meta = harness.Run("contention.py", argv, with_machine=True)
+    with harness.zookeeper(args.hosts, log) as (hosts, desc):
         zk_version = harness.server_version(harness.server_list(hosts))
         rows, floors = run(hosts, cfg, impls, classpath, layouts)
-    finally:
-        if ensemble is not None:
-            ensemble.close()
     result = {
         "config": cfg,
         "impls": impls,
         "curator_absent": curator_absent,
         "rows": rows,
         "floors": floors,
-        "meta": {"started": started, "command": command.strip(), "ensemble": desc, "zookeeper": zk_version,
-                 "duration_s": time.monotonic() - t0, "machine": mach, "loadavg_end": list(os.getloadavg()),
-                 "smoke": args.smoke, "quick": args.quick, "pid": os.getpid()},
+        "meta": meta.meta(ensemble=desc, zookeeper=zk_version, smoke=args.smoke, quick=args.quick, pid=os.getpid()),
     }
     result["targets"] = targets(rows, [p * t for p, t in cfg["sizes"]])
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "contention.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(write_report(result, args.out))
+    harness.write_json(args.out, "contention", result)
+    print(harness.write_report(args.out, "contention", result, markdown, plot))
     return 0
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -49,12 +50,6 @@ TARGET = 1.15  # FairLock calling-thread CPU / raw create+delete (issue 11: 1.3;
 # as --calls counts (issue 40's "141" was counted another way, not recorded; its ratio 174/141 is this one's 103/81)
 CALLS_TARGET = 81
 WAKE_TARGET_MS = 0.2
-
-
-def _median(xs: list) -> float:
-    xs = sorted(xs)
-    n = len(xs)
-    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
 def _client(hosts: str):
@@ -295,7 +290,7 @@ def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print, baselin
     rows = {}
     for impl in impls:
         bs = blocks[impl]
-        rows[impl] = {k: _median([b[k] for b in bs]) for k in ("thread_us", "process_us", "wall_ms")}
+        rows[impl] = {k: statistics.median([b[k] for b in bs]) for k in ("thread_us", "process_us", "wall_ms")}
         rows[impl]["thread_us_blocks"] = [b["thread_us"] for b in bs]
     ratio_blocks = [f["thread_us"] / r["thread_us"] for f, r in zip(blocks[FAIR], blocks[RAW])]
     return {
@@ -304,7 +299,7 @@ def measure(hosts: str, rounds: int, ops: int, handoffs: int, log=print, baselin
         "ratio_thread_blocks": ratio_blocks,
         "ratio_process": rows[FAIR]["process_us"] / rows[RAW]["process_us"],
         "ratio_wall": rows[FAIR]["wall_ms"] / rows[RAW]["wall_ms"],
-        "wake_ms_median": _median(wake),
+        "wake_ms_median": statistics.median(wake),
         "wake_ms": wake,
     }
 
@@ -407,34 +402,22 @@ def main(argv=None) -> int:
     cfg = {"rounds": args.rounds, "ops": args.ops, "handoffs": args.handoffs, "pin": args.pin}
     if args.pin is not None:
         os.environ["ZKRECIPES_BENCH_PIN"] = str(args.pin)
-    t0 = time.monotonic()
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    ensemble = None
-    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
-    try:
-        if args.hosts:
-            hosts, desc = args.hosts, f"external ensemble {args.hosts}"
-        else:
-            from zkrecipes.testing import Ensemble
+    from bench import harness  # here, not at the top: a worker imports zkrecipes from --baseline's checkout
 
-            ensemble = Ensemble(size=3, force_sync=False)
-            ensemble.start()
-            hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
+    meta = harness.Run()
+    log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
+    with harness.zookeeper(args.hosts) as (hosts, desc):
         baseline = os.path.abspath(args.baseline) if args.baseline else None
         result = measure(hosts, args.rounds, args.ops, args.handoffs, log, baseline)
         if args.calls > 0:
             result["calls"] = calls(hosts, args.calls, baseline, log)
         if args.instructions:
             result["instructions"] = instructions(hosts, args.instructions, baseline, log)
-    finally:
-        if ensemble is not None:
-            ensemble.close()
     if args.baseline:
         cfg["baseline"] = _describe(args.baseline)
     result["config"] = cfg
-    result["meta"] = {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0,
-                      "checkout": _describe(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                      "loadavg_end": list(os.getloadavg())}
+    result["meta"] = meta.meta(ensemble=desc, loadavg_end=list(os.getloadavg()),
+                               checkout=_describe(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     result["targets"] = [
         {"target": "uncontended FairLock acquire+release calling-thread CPU / raw kazoo create+delete",
          "limit": f"<= {TARGET}", "measured": result["ratio_thread"], "met": result["ratio_thread"] <= TARGET},
@@ -447,14 +430,8 @@ def main(argv=None) -> int:
         result["targets"].append(
             {"target": "Python calls per uncontended FairLock acquire+release on the calling thread",
              "limit": f"<= {CALLS_TARGET}", "measured": fair_calls, "met": fair_calls <= CALLS_TARGET})
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "cpu.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
-    md = markdown(result)
-    with open(os.path.join(args.out, "cpu.md"), "w") as f:
-        f.write(md)
-    print(md, file=sys.stderr)
+    harness.write_json(args.out, "cpu", result)
+    print(harness.write_report(args.out, "cpu", result, markdown), file=sys.stderr)
     for t in result["targets"]:
         log(f"[cpu] target {'met ' if t['met'] else 'MISS'} {t['target']}: {t['measured']:.3f} (limit {t['limit']})")
     return 0

@@ -1,4 +1,6 @@
-"""Shared machinery of the benchmark: a pool of counted client sessions, timing statistics, Redis.
+"""Shared machinery of the benchmarks: a pool of counted client sessions, timing statistics, Redis, and
+what every benchmark script does around its measures (the ensemble, an admin session, contender
+processes on stdio, the result's metadata and its files).
 
 Every ``KazooClient`` of the pool is instrumented at the client: each request kazoo writes to
 the socket is counted by its wire type, and each watch notification the server delivers
@@ -8,20 +10,26 @@ session handshake are not requests in this sense and are not counted.
 
 from __future__ import annotations
 
+import argparse
 import collections
 import concurrent.futures
 import contextlib
+import json
 import math
 import os
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import time
-from typing import Callable, Optional
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from kazoo.client import KazooClient
 
+from zkrecipes.testing import _java
 from zkrecipes.testing.ensemble import four_letter
 
 # -- counters -------------------------------------------------------------------------------------
@@ -114,6 +122,13 @@ def server_list(hosts: str) -> list:
     return [h for h in hosts.split("/", 1)[0].split(",") if h]
 
 
+def hosts_for(hosts: str, i: int) -> str:
+    """``hosts`` with its server list rotated by ``i`` (process i connects to server i mod size first)."""
+    servers = server_list(hosts)
+    chroot = hosts.split("/", 1)[1] if "/" in hosts else ""
+    return ",".join(rotate(servers, i)) + (f"/{chroot}" if chroot else "")
+
+
 class Pool:
     """Client sessions shared by every measure; client ``i`` connects to server ``i mod size`` first.
 
@@ -128,9 +143,8 @@ class Pool:
         self.clients: list = []
 
     def _make(self, i: int) -> KazooClient:
-        k = i % len(self.servers)
-        rotated = self.servers[k:] + self.servers[:k]
-        client = KazooClient(hosts=",".join(rotated), randomize_hosts=False, timeout=self.session_timeout)
+        client = KazooClient(hosts=",".join(rotate(self.servers, i)), randomize_hosts=False,
+                             timeout=self.session_timeout)
         client.start(timeout=60)
         instrument(client, self.counters)
         return client
@@ -217,6 +231,20 @@ def summary(samples: list) -> dict:
     }
 
 
+def dist_ms(values_ns: Sequence[int], quantiles: Sequence[int] = (50, 90, 99)) -> Dict[str, Any]:
+    """``n``, ``pQ_ms`` for each Q in ``quantiles`` and ``max_ms`` of ns values (all None but n when empty)."""
+    s = sorted(values_ns)
+    out: Dict[str, Any] = {"n": len(s)}
+    out.update({f"p{q}_ms": percentile(s, q / 100) / 1e6 if s else None for q in quantiles})
+    out["max_ms"] = s[-1] / 1e6 if s else None
+    return out
+
+
+def cell(x: Optional[float], fmt: str = "{:.1f}") -> str:
+    """A table cell: ``x`` formatted, or a dash for a figure not measured."""
+    return "—" if x is None else fmt.format(x)
+
+
 def median(values: list) -> Optional[float]:
     s = sorted(v for v in values if v is not None)
     return percentile(s, 0.5) if s else None
@@ -229,6 +257,15 @@ def ratio(a: Optional[float], b: Optional[float]) -> Optional[float]:
 def rotate(items: list, k: int) -> list:
     k %= len(items)
     return items[k:] + items[:k]
+
+
+def in_threads(fn: Callable[[int], None], n: int) -> None:
+    """Run ``fn(0)`` .. ``fn(n - 1)``, each on a thread of its own, and wait until all have returned."""
+    threads = [threading.Thread(target=fn, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def join_all(threads: list, timeout: float, on_slow: Optional[Callable[[], None]] = None, grace: float = 0.0) -> bool:
@@ -307,3 +344,255 @@ def machine() -> dict:
         with contextlib.suppress(PackageNotFoundError):
             info[pkg] = version(pkg)
     return info
+
+
+# -- a benchmark script's run ---------------------------------------------------------------------
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+HOSTS_HELP = "connect string of a running ensemble (default: start 3 local servers)"
+NO_MATPLOTLIB = "matplotlib is not installed (pip install -e '.[bench]')"
+
+
+def arguments(doc: Optional[str], hosts_help: str = HOSTS_HELP) -> argparse.ArgumentParser:
+    """A benchmark script's command line: its docstring as the help, ``--hosts`` and ``--out``."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", help=hosts_help)
+    ap.add_argument("--out", default=RESULTS, help="where the result files go (default bench/results)")
+    return ap
+
+
+def logger(name: str) -> Callable[[str], None]:
+    """A log function: ``[name   1.2s] message`` on stderr, seconds since this call."""
+    t0 = time.monotonic()
+
+    def log(msg: str) -> None:
+        print(f"[{name} {time.monotonic() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    return log
+
+
+class Run:
+    """When and how a benchmark run started; ``meta()`` gives the result's ``meta`` at its end.
+
+    With ``script`` the command line is kept (``python bench/SCRIPT ARGS``); with ``with_machine`` what it
+    runs on (:func:`machine`, taken now: the load average at the start) and, at the end, the load average.
+    """
+
+    def __init__(self, script: Optional[str] = None, argv: Optional[List[str]] = None,
+                 with_machine: bool = False) -> None:
+        self.started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        self.command = None if script is None else (
+            f"python bench/{script}" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))).strip()
+        self.machine = machine() if with_machine else None
+        self.t0 = time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def meta(self, **extra: Any) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"started": self.started, "duration_s": self.elapsed()}
+        if self.command is not None:
+            out["command"] = self.command
+        if self.machine is not None:
+            out.update({"machine": self.machine, "loadavg_end": list(os.getloadavg())})
+        out.update(extra)
+        return out
+
+
+@contextlib.contextmanager
+def zookeeper(hosts: Optional[str], log: Optional[Callable[[str], None]] = None, *, force_sync: bool = False,
+              external_note: str = "", show_tick: bool = False, **options: Any) -> Iterator[Tuple[str, str]]:
+    """``(connect string, description)`` of the ensemble to measure: ``hosts`` as given, or 3 local
+    servers started here (``force_sync`` and ``options`` as :class:`zkrecipes.testing.Ensemble` takes
+    them), closed on leaving, whatever happened."""
+    if hosts:
+        yield hosts, f"external ensemble {hosts}" + (f" ({external_note})" if external_note else "")
+        return
+    from zkrecipes.testing import Ensemble
+
+    ensemble = Ensemble(size=3, force_sync=force_sync, **options)
+    try:
+        if log is not None:
+            log("starting 3 ZooKeeper servers")
+        ensemble.start()
+        desc = f"3 local servers, forceSync={'yes' if force_sync else 'no'}"
+        yield ensemble.hosts, desc + (f", tickTime {ensemble.tick_ms} ms" if show_tick else "")
+    finally:
+        ensemble.close()
+
+
+@contextlib.contextmanager
+def admin(hosts: str, name: str) -> Iterator[Tuple[KazooClient, str]]:
+    """An admin session and a fresh root ``/zkrecipes-NAME/<random>`` for the run's paths; the root is
+    deleted (best effort) when the run ends normally, the session closed in any case."""
+    root = f"/zkrecipes-{name}/{uuid.uuid4().hex[:12]}"
+    client = KazooClient(hosts=hosts, timeout=20.0)
+    client.start(60)
+    try:
+        yield client, root
+        with contextlib.suppress(Exception):  # a killed contender's node stays until its session ends
+            client.delete(root, recursive=True)
+    finally:
+        client.stop()
+        client.close()
+
+
+def curator(impls: List[str], name: str, source: Any, log: Callable[[str], None]) -> Tuple[Optional[str], str]:
+    """``(classpath, "")`` with the Curator worker ``source`` compiled if ``name`` is in ``impls``; else, or
+    when Curator cannot run here, ``(None, why)`` with ``name`` taken out of ``impls`` (why is "" if not asked)."""
+    if name not in impls:
+        return None, ""
+    classpath, absent = _java.curator_classpath(source)
+    if classpath is None:
+        impls.remove(name)
+        log(f"Curator left out: {absent}")
+    return classpath, absent
+
+
+class Proc:
+    """A contender process on stdio: its stdout lines collected by a thread, lines sent on its stdin."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.proc = subprocess.Popen(list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+        self.lines: List[str] = []
+        self._seen = 0  # lines already looked at by wait_for
+        self._cond = threading.Condition()
+        self._done = False
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+        with self._cond:
+            self._done = True
+            self._cond.notify_all()
+
+    def _stderr(self) -> str:
+        """The end of the process's stderr once it has ended (its stdout closed), else ''."""
+        if self._done and self.proc.stderr is not None:
+            self.proc.wait(10)
+            return self.proc.stderr.read()[-2000:]
+        return ""
+
+    def wait_for(self, pred: Callable[[str], bool], what: str, deadline: float) -> str:
+        """The first line not looked at before that satisfies ``pred`` (lines are looked at once, in order)."""
+        with self._cond:
+            while True:
+                while self._seen < len(self.lines):
+                    line = self.lines[self._seen]
+                    self._seen += 1
+                    if pred(line):
+                        return line
+                left = deadline - time.monotonic()
+                if self._done or left <= 0:
+                    why = "ended" if self._done else "timed out"
+                    raise RuntimeError(f"process {self.proc.args!r} {why} before {what!r}: {self._stderr()}")
+                self._cond.wait(left)
+
+    def wait_line(self, word: str, deadline: float) -> None:
+        self.wait_for(lambda line: line == word, word, deadline)
+
+    def first(self, word: str, deadline: float) -> Optional[List[str]]:
+        """The words of the first line so far starting with ``word``, waiting until monotonic ``deadline``;
+        None if none came (looks at every line, whatever :meth:`wait_for` has seen)."""
+        with self._cond:
+            while True:
+                for line in self.lines:
+                    words = line.split()
+                    if words and words[0] == word:
+                        return words
+                left = deadline - time.monotonic()
+                if self._done or left <= 0:
+                    return None
+                self._cond.wait(left)
+
+    def need(self, word: str, deadline: float) -> List[str]:
+        """As :meth:`first`, raising RuntimeError (with the process's stderr) if no such line came."""
+        words = self.first(word, deadline)
+        if words is None:
+            raise RuntimeError(f"{self.proc.args!r}: no {word!r} line: {self._stderr()}")
+        return words
+
+    def words(self) -> List[List[str]]:
+        """Every line so far, split in words."""
+        with self._cond:
+            return [line.split() for line in self.lines]
+
+    def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(30)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+
+
+def run_line(meta: Dict[str, Any], zookeeper: bool = True) -> str:
+    """A report's first line, from :meth:`Run.meta` with a machine: when, the command, the commit, the
+    ensemble (and with ``zookeeper``, its version), how long, and the load average before and after."""
+    mc = meta["machine"]
+    zk = f"ZooKeeper {meta.get('zookeeper') or '?'} · " if zookeeper else ""
+    return (f"Run {meta['started']} · `{meta['command']}` · commit {mc.get('commit', '?')} · {meta['ensemble']} · "
+            f"{zk}{meta['duration_s']:.0f} s · load average {mc['loadavg_start'][0]:.1f} -> "
+            f"{meta['loadavg_end'][0]:.1f} on {mc['cpus']} CPUs")
+
+
+def stamp(meta: Dict[str, Any]) -> str:
+    """``<started> · commit <commit>``: which run a figure shows."""
+    return f"{meta['started']} · commit {meta['machine'].get('commit', '?')}"
+
+
+def write_json(out: str, name: str, result: Dict[str, Any]) -> None:
+    """``out/NAME.json``: the result, indented, keys sorted (``out`` made if missing)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(result, f, indent=1, sort_keys=True)
+        f.write("\n")
+
+
+def write_report(out: str, name: str, result: Dict[str, Any], markdown: Callable[[Dict[str, Any]], str],
+                 plot: Optional[Callable[[Dict[str, Any], str], Optional[str]]] = None) -> str:
+    """``out/NAME.md`` (and with ``plot``, ``out/NAME.png``; the markdown says why not when it cannot
+    draw); returns the markdown."""
+    why = plot(result, os.path.join(out, f"{name}.png")) if plot is not None else None
+    md = markdown(result) + (f"\nNo plot: {why}.\n" if why else "")
+    with open(os.path.join(out, f"{name}.md"), "w") as f:
+        f.write(md)
+    return md
+
+
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` drawing to files only (the Agg backend), or None if matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    return plt
+
+
+def save_figure(plt: Any, fig: Any, path: str, dpi: int, title: str, **title_options: Any) -> None:
+    """Give ``fig`` its title, lay it out, write it to ``path`` and let it go."""
+    fig.suptitle(title, **title_options)
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
+def read_json(out: str, name: str) -> Dict[str, Any]:
+    """``out/NAME.json`` as written by :func:`write_json` (``--report-only``)."""
+    with open(os.path.join(out, f"{name}.json")) as f:
+        result: Dict[str, Any] = json.load(f)
+    return result

@@ -25,6 +25,7 @@ import gc
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import threading
@@ -190,11 +191,6 @@ def _spawn(impl: str, hosts: str, root: str, cfg: dict) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def _median(xs: list) -> float:
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-
-
 def markdown(result: dict) -> str:
     m = result["meta"]
     rows = dict(result["rows"])
@@ -240,10 +236,8 @@ def markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--hosts")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    ap = harness.arguments(__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every measure runs")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--root", help=argparse.SUPPRESS)
     ap.add_argument("--keys", type=int, default=20000)
@@ -260,18 +254,8 @@ def main(argv=None) -> int:
         args.keys, args.threads, args.duration, args.spaces, args.reps = 50, 4, 0.3, [10, 1000], 1
     cfg = {"keys": args.keys, "threads": args.threads, "duration": args.duration, "spaces": args.spaces,
            "reps": args.reps}
-    t0 = time.monotonic()
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    ensemble = None
-    try:
-        if args.hosts:
-            hosts, desc = args.hosts, f"external ensemble {args.hosts}"
-        else:
-            from zkrecipes.testing import Ensemble
-
-            ensemble = Ensemble(size=3, force_sync=False)
-            ensemble.start()
-            hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
+    meta = harness.Run()
+    with harness.zookeeper(args.hosts) as (hosts, desc):
         root = f"/zkrecipes-bench-keys/{uuid.uuid4().hex[:12]}"
         runs: dict = {i: [] for i in RUNS}
         for rep in range(args.reps):
@@ -282,23 +266,14 @@ def main(argv=None) -> int:
         for impl, rs in runs.items():
             r = dict(rs[0])
             for key in ("live_object_growth", "rss_growth_mb", "requests_hot_key"):
-                r[key] = _median([x[key] for x in rs])
+                r[key] = statistics.median([x[key] for x in rs])
             r["live_object_growth"] = int(r["live_object_growth"])
-            r["throughput"] = {s: _median([x["throughput"][s] for x in rs]) for s in rs[0]["throughput"]}
+            r["throughput"] = {s: statistics.median([x["throughput"][s] for x in rs]) for s in rs[0]["throughput"]}
             r["throughput_by_rep"] = [x["throughput"] for x in rs]
             rows[impl] = r
-    finally:
-        if ensemble is not None:
-            ensemble.close()
-    result = {"config": cfg, "rows": rows, "stock_raw": rows.pop(STOCK_RAW),
-              "meta": {"started": started, "ensemble": desc, "duration_s": time.monotonic() - t0}}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "per_key.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-    md = markdown(result)
-    with open(os.path.join(args.out, "per_key.md"), "w") as f:
-        f.write(md)
-    print(md, file=sys.stderr)
+    result = {"config": cfg, "rows": rows, "stock_raw": rows.pop(STOCK_RAW), "meta": meta.meta(ensemble=desc)}
+    harness.write_json(args.out, "per_key", result)
+    print(harness.write_report(args.out, "per_key", result, markdown), file=sys.stderr)
     return 0
 
 

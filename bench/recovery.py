@@ -35,16 +35,13 @@ before any deadline, so the holder learns it with everyone else). Violations are
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -52,7 +49,7 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness  # noqa: E402
-from zkrecipes.testing import _java  # noqa: E402
+from bench.harness import Proc  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 JAVA_SOURCE = HERE / "CuratorRecovery.java"
@@ -66,8 +63,7 @@ SMOKE = {"sessions": [2.0], "reps": 1}
 FAST_RECONNECT = {"max_tries": -1, "delay": 0.05, "backoff": 1.5, "max_delay": 0.5}
 
 
-def log(msg: str, _t0: float = time.monotonic()) -> None:
-    print(f"[recovery {time.monotonic() - _t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+log = harness.logger("recovery")
 
 
 # -- the contender processes (Python) ---------------------------------------------------------------
@@ -110,61 +106,6 @@ def worker(args: argparse.Namespace) -> int:
                 last = answered
                 _say(f"answered {int(answered * 1e9)}")
         time.sleep(0.005)
-
-
-class Proc:
-    """A contender process; its stdout lines (split in words) are collected by a thread."""
-
-    def __init__(self, argv: Sequence[str]) -> None:
-        self.proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.lines: List[List[str]] = []
-        self._cond = threading.Condition()
-        self._done = False
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.lines.append(line.split())
-                self._cond.notify_all()
-        with self._cond:
-            self._done = True
-            self._cond.notify_all()
-
-    def first(self, word: str, deadline: float) -> Optional[List[str]]:
-        """The first line starting with ``word``, waiting until monotonic ``deadline``; None if none."""
-        with self._cond:
-            while True:
-                for words in self.lines:
-                    if words and words[0] == word:
-                        return words
-                left = deadline - time.monotonic()
-                if self._done or left <= 0:
-                    return None
-                self._cond.wait(left)
-
-    def need(self, word: str, deadline: float) -> List[str]:
-        words = self.first(word, deadline)
-        if words is None:
-            err = ""
-            if self._done and self.proc.stderr is not None:
-                self.proc.wait(10)
-                err = self.proc.stderr.read()[-2000:]
-            raise RuntimeError(f"{self.proc.args!r}: no {word!r} line: {err}")
-        return words
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        for f in (self.proc.stdout, self.proc.stderr):
-            if f is not None:
-                try:
-                    f.close()
-                except OSError:
-                    pass
 
 
 def _argv(lib: str, role: str, hosts: str, path: str, session: float, classpath: Optional[str]) -> List[str]:
@@ -242,7 +183,7 @@ def trial(lib: str, fault: str, session: float, hosts: str, admin: Any, root: st
         if fault == "partition":
             link.heal()  # let the holder hear the expiry (kazoo reports LOST only then)
         holder.first("~never", time.monotonic() + 1.5)  # the holder's late reports come in meanwhile
-        row.update(_timeline(lib, fault, session, holder.lines, t0, granted))
+        row.update(_timeline(lib, fault, session, holder.words(), t0, granted))
         if gone:  # the server's part ends here: what follows is the notification and the waiter's library
             row["gone_s"] = (gone[0] - t0) / 1e9
             row["grant_after_gone_ms"] = (granted - gone[0]) / 1e6
@@ -293,13 +234,8 @@ def _timeline(lib: str, fault: str, session: float, lines: List[List[str]], t0: 
 
 
 def run(hosts: str, cfg: Dict[str, Any], libs: Sequence[str], classpath: Optional[str]) -> List[Dict[str, Any]]:
-    from kazoo.client import KazooClient
-
-    root = f"/zkrecipes-recovery/{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=hosts, timeout=20.0)
-    admin.start(60)
     rows = []
-    try:
+    with harness.admin(hosts, "recovery") as (admin, root):
         for session in cfg["sessions"]:
             for rep in range(cfg["reps"]):
                 for k, fault in enumerate(FAULTS):
@@ -310,19 +246,12 @@ def run(hosts: str, cfg: Dict[str, Any], libs: Sequence[str], classpath: Optiona
                         log(f"T = {session:g} s {fault:9} {lib:26} " + (
                             f"grant {row['grant_s']:+.2f} s, told {_f(row['told_s'], '{:+.2f}')}, "
                             f"lost {_f(row['lost_s'], '{:+.2f}')}" if "error" not in row else row["error"]))
-        try:
-            admin.delete(root, recursive=True)
-        except Exception:  # a killed contender's node stays until its session ends
-            pass
-    finally:
-        admin.stop()
-        admin.close()
     return rows
 
 
 # -- report -----------------------------------------------------------------------------------------
 def _f(x: Optional[float], fmt: str = "{:.2f}") -> str:
-    return "—" if x is None else fmt.format(x)
+    return harness.cell(x, fmt)
 
 
 def summarise(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -358,9 +287,7 @@ def summarise(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 def markdown(result: Dict[str, Any]) -> str:
     m, cfg = result["meta"], result["config"]
     lines = [
-        f"Run {m['started']} · `{m['command']}` · commit {m['machine'].get('commit', '?')} · {m['ensemble']} · "
-        f"ZooKeeper {m.get('zookeeper') or '?'} · {m['duration_s']:.0f} s · load average "
-        f"{m['machine']['loadavg_start'][0]:.1f} -> {m['loadavg_end'][0]:.1f} on {m['machine']['cpus']} CPUs",
+        harness.run_line(m),
         "",
         f"Seconds from the fault to the waiter's grant, {cfg['reps']} trials per line (median / max). *Told*: "
         "trials where the holder heard SUSPENDED or LOST before the grant; *lost*: LOST before the grant "
@@ -409,13 +336,9 @@ _WHERE = {True: "the leader", False: "a follower", None: "not recorded"}
 
 def plot(result: Dict[str, Any], path: str) -> Optional[str]:
     """Write the plot; return why not (no matplotlib) or None."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install -e '.[bench]')"
+    plt = harness.pyplot()
+    if plt is None:
+        return harness.NO_MATPLOTLIB
     sessions = sorted({r["session_s"] for r in result["rows"]})
     fig, axes = plt.subplots(1, len(sessions), figsize=(6 * len(sessions), 4.2), squeeze=False)
     width = 0.25
@@ -438,35 +361,19 @@ def plot(result: Dict[str, Any], path: str) -> Optional[str]:
         ax.set_ylim(bottom=-0.2, top=session * 1.35)
         ax.set_title(f"session timeout {session:g} s (dots: trials, bars: median)", fontsize=10)
         ax.legend(fontsize=8, loc="upper left")
-    m = result["meta"]
-    fig.suptitle(f"Recovery: holder's fault to the next grant · {m['started']} · commit "
-                 f"{m['machine'].get('commit', '?')}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    harness.save_figure(plt, fig, path, 90,
+                        f"Recovery: holder's fault to the next grant · {harness.stamp(result['meta'])}", fontsize=10)
     return None
-
-
-def write_report(result: Dict[str, Any], out: str) -> str:
-    why = plot(result, os.path.join(out, "recovery.png"))
-    md = markdown(result)
-    if why:
-        md += f"\nNo plot: {why}.\n"
-    with open(os.path.join(out, "recovery.md"), "w") as f:
-        f.write(md)
-    return md
 
 
 # -- main -------------------------------------------------------------------------------------------
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.arguments(__doc__, "connect string of a running ensemble whose tickTime is 200 ms "
+                           "(default: start 3 local servers)")
     ap.add_argument("--smoke", action="store_true", help="one trial per case at a 2 s session timeout")
-    ap.add_argument("--hosts", help="connect string of a running ensemble whose tickTime is 200 ms "
-                    "(default: start 3 local servers)")
     ap.add_argument("--reps", type=int, help="trials per case (default 5)")
     ap.add_argument("--sessions", type=float, nargs="+", help="session timeouts in seconds (default 4 10)")
     ap.add_argument("--libs", nargs="+", choices=LIBS, default=list(LIBS), metavar="LIB")
-    ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--report-only", action="store_true", help="re-render recovery.md/.png from recovery.json")
     ap.add_argument("--worker", choices=(OURS, KAZOO), help=argparse.SUPPRESS)
     ap.add_argument("--role", choices=("holder", "waiter"), help=argparse.SUPPRESS)
@@ -476,8 +383,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.worker:
         return worker(args)
     if args.report_only:
-        with open(os.path.join(args.out, "recovery.json")) as f:
-            print(write_report(json.load(f), args.out))
+        print(harness.write_report(args.out, "recovery", harness.read_json(args.out, "recovery"), markdown, plot))
         return 0
     cfg = dict(SMOKE if args.smoke else FULL)
     if args.reps is not None:
@@ -489,39 +395,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error(f"--sessions must lie between {2 * TICK_MS / 1000:g} and 40 s, got {args.sessions!r}")
         cfg["sessions"] = list(args.sessions)
     libs = list(args.libs)
-    classpath, curator_absent = None, ""
-    if CURATOR in libs:
-        classpath, curator_absent = _java.curator_classpath(JAVA_SOURCE)
-        if classpath is None:
-            libs.remove(CURATOR)
-            log(f"Curator left out: {curator_absent}")
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python bench/recovery.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
-    mach = harness.machine()
-    t0 = time.monotonic()
-    if args.hosts:
-        desc = f"external ensemble {args.hosts} (tickTime taken as {TICK_MS} ms)"
-        zk_version = harness.server_version(harness.server_list(args.hosts))
-        rows = run(args.hosts, cfg, libs, classpath)
-    else:
-        from zkrecipes.testing import Ensemble
-
-        desc = f"3 local servers, forceSync=no, tickTime {TICK_MS} ms"
-        with Ensemble(size=3, force_sync=False, tick_ms=TICK_MS, max_session_ms=40000) as ensemble:
-            log("3 ZooKeeper servers up")
-            zk_version = harness.server_version(harness.server_list(ensemble.hosts))
-            rows = run(ensemble.hosts, cfg, libs, classpath)
+    classpath, curator_absent = harness.curator(libs, CURATOR, JAVA_SOURCE, log)
+    meta = harness.Run("recovery.py", argv, with_machine=True)
+    with harness.zookeeper(args.hosts, log, external_note=f"tickTime taken as {TICK_MS} ms", show_tick=True,
+                           tick_ms=TICK_MS, max_session_ms=40000) as (hosts, desc):
+        zk_version = harness.server_version(harness.server_list(hosts))
+        rows = run(hosts, cfg, libs, classpath)
     result = {
         "config": cfg, "libs": libs, "curator_absent": curator_absent, "rows": rows, "summary": summarise(rows),
-        "meta": {"started": started, "command": command.strip(), "zookeeper": zk_version,
-                 "ensemble": desc,
-                 "duration_s": time.monotonic() - t0, "machine": mach, "loadavg_end": list(os.getloadavg())},
+        "meta": meta.meta(zookeeper=zk_version, ensemble=desc),
     }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "recovery.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(write_report(result, args.out))
+    harness.write_json(args.out, "recovery", result)
+    print(harness.write_report(args.out, "recovery", result, markdown, plot))
     return 0
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from .harness import pyplot, save_figure
 from .measures import EXCL, FAIR, FLOOR, FLOOR_LIST, K_LOCK, RW_READ
 
 
@@ -95,6 +96,15 @@ def _req(d: dict, digits: int = 1) -> str:
     return ", ".join(f"{k} {v:.{digits}f}" for k, v in d.items() if v >= 0.05) or "–"
 
 
+def _section(*paragraphs: str, columns: str) -> list:
+    """A section's opening lines: each paragraph after a blank line, then a blank line and the head of a
+    table of ``columns`` (``"a | b | c"``)."""
+    out: list = []
+    for p in paragraphs:
+        out += ["", p]
+    return out + ["", f"| {columns} |", "|" + "---|" * (columns.count("|") + 1)]
+
+
 def markdown(result: dict) -> str:
     m = result["meta"]
     mc = m["machine"]
@@ -108,27 +118,19 @@ def markdown(result: dict) -> str:
         f"Load average at start {_f(mc['loadavg_start'][0])}, at end {_f(m['loadavg_end'][0])}.",
         "",
         f"Redis: {m['redis']}",
-        "",
-        "### Targets (issue 7)",
-        "",
-        "| target | limit | measured | met | context |",
-        "|---|---|---|---|---|",
     ]
+    lines += _section("### Targets (issue 7)", columns="target | limit | measured | met | context")
     for t in result["targets"]:
         met = "yes" if t["met"] else "**no**"
         lines.append(f"| {t['target']} | {t['limit']} | {_f(t['measured'])} | {met} | {t['context']} |")
     un = result["uncontended"]
-    lines += [
-        "",
+    lines += _section(
         f"### 1. Uncontended acquire+release (one session, implementations alternating op by op, "
         f"{un['ops_per_impl']} ops each)",
-        "",
         f"Anchor: uncontended floor = {FLOOR}, median {_f(un['anchor']['median_ms'], 3)} ms.",
-        "",
-        "| implementation | median ms | p99 ms | × floor | × floor per block | × floor, usual ops only "
-        "| client CPU µs/op | ZK requests/op |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+        columns="implementation | median ms | p99 ms | × floor | × floor per block | × floor, usual ops only "
+        "| client CPU µs/op | ZK requests/op",
+    )
     for r in un["rows"]:
         blocks = " ".join(_f(x) for x in r["ratio_to_floor_blocks"])
         lines.append(
@@ -137,18 +139,14 @@ def markdown(result: dict) -> str:
             f"| {r['cpu_us_per_op']:.0f} | {_req(r['requests_per_op'], 2)} |"
         )
     co = result["contended"]
-    lines += [
-        "",
+    lines += _section(
         f"### 2. Contended handoff and throughput ({co['mode']}; {co['reps']} reps × {co['duration_s']} s per "
         "implementation and N, alternating run by run)",
-        "",
         f"Anchor: handoff floor = delete → watch callback on a second session, median "
         f"{_f(co['anchor']['median_ms'], 3)} ms, p99 {_f(co['anchor']['p99_ms'])} ms (n = {co['anchor']['n']}).",
-        "",
-        "| implementation | N | handoff median ms | p99 ms | × handoff floor | × kazoo Lock (per rep) | acquires/s "
-        "| ZK requests per acquire+release | notifications/release | same-session re-acquires |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        columns="implementation | N | handoff median ms | p99 ms | × handoff floor | × kazoo Lock (per rep) "
+        "| acquires/s | ZK requests per acquire+release | notifications/release | same-session re-acquires",
+    )
     for r in co["rows"]:
         reps = " ".join(_f(x) for x in r["ratio_to_kazoo_lock_by_rep"])
         lines.append(
@@ -158,14 +156,11 @@ def markdown(result: dict) -> str:
             f"{_req(r['requests_per_acquire'])} | {_f(r['notifications_per_release'])} | {r['self_reacquire']} |"
         )
     he = result["herd"]
-    lines += [
-        "",
+    lines += _section(
         f"### 3. Herd ({he['mode']}; W waiters behind one holder, steady state, counted at the clients)",
-        "",
-        "| implementation | W | notifications per release (min–max) | ZK requests per acquire+release cycle "
-        "| handoff median ms | p99 ms | × smallest W | server watches left after run |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+        columns="implementation | W | notifications per release (min–max) | ZK requests per acquire+release cycle "
+        "| handoff median ms | p99 ms | × smallest W | server watches left after run",
+    )
     for r in he["rows"]:
         lines.append(
             f"| {r['impl']} | {r['waiters']} | {_f(r['notifications_per_release'], 1)} "
@@ -177,26 +172,20 @@ def markdown(result: dict) -> str:
             + (f" measuring cut short in {r['cut_short']} run(s)" if r.get("cut_short") else "")
         )
     rw = result["read_write"]
-    lines += [
-        "",
+    lines += _section(
         "### 4. Read/write",
-        "",
-        "| readers (one session each) | implementation | peak holders | all held after ms |",
-        "|---|---|---|---|",
-    ]
+        columns="readers (one session each) | implementation | peak holders | all held after ms",
+    )
     for r in rw["peak"]:
         lines.append(f"| {r['readers']} | {r['impl']} | {r['peak']} | {_f(r['all_held_after_ms'], 1)} |")
     ms = rw["mixed_setup"]
-    lines += [
-        "",
+    lines += _section(
         f"Mixed {int(ms['read_fraction'] * 100)}/{100 - int(ms['read_fraction'] * 100)} read/write, "
         f"hold {ms['hold_ms']} ms, think ~{ms['think_mean_ms']} ms (exponential), {ms['reps']} × "
         f"{ms['duration_s']} s:",
-        "",
-        "| implementation | sessions | read wait p50 ms | read p99 ms | write wait p50 ms | write p99 ms | reads "
-        "| writes | ZK requests per acquire+release | notifications per acquire |",
-        "|---|---|---|---|---|---|---|---|---|---|",
-    ]
+        columns="implementation | sessions | read wait p50 ms | read p99 ms | write wait p50 ms | write p99 ms | reads "
+        "| writes | ZK requests per acquire+release | notifications per acquire",
+    )
     for r in rw["mixed"]:
         lines.append(
             f"| {r['impl']} | {r['sessions']} | {_f(r['read_wait']['median_ms'])} | {_f(r['read_wait']['p99_ms'])} "
@@ -204,14 +193,11 @@ def markdown(result: dict) -> str:
             f"| {r['write_wait']['n']} | {_f(r['requests_per_acquire'], 1)} | {_f(r['notifications_per_acquire'])} |"
         )
     ss = rw["starvation_setup"]
-    lines += [
-        "",
+    lines += _section(
         f"Writer while readers keep arriving (each reader holds {_f(ss['reader_hold_ms'], 0)} ms and re-queues at "
         f"once, staggered; a writer asks every {_f(ss['writer_every_ms'], 0)} ms):",
-        "",
-        "| implementation | readers | writer wait p50 ms | p99 ms | max ms | writer timeouts | reads |",
-        "|---|---|---|---|---|---|---|",
-    ]
+        columns="implementation | readers | writer wait p50 ms | p99 ms | max ms | writer timeouts | reads",
+    )
     for r in rw["starvation"]:
         w = r["writer_wait"]
         lines.append(
@@ -219,14 +205,11 @@ def markdown(result: dict) -> str:
             f"| {r['writer_timeouts']} | {r['reads']} |"
         )
     oc = result["one_client"]
-    lines += [
-        "",
+    lines += _section(
         f"### 5. One process: {oc['mode']}, one lock ({oc['reps']} × {oc['duration_s']} s)",
-        "",
-        "| implementation | threads | think ms | acquires/s | handoff median ms | p99 ms | ZK requests per acquire "
-        "| notifications/release | acquires per thread min–max |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
+        columns="implementation | threads | think ms | acquires/s | handoff median ms | p99 ms "
+        "| ZK requests per acquire | notifications/release | acquires per thread min–max",
+    )
     for r in oc["rows"]:
         lines.append(
             f"| {r['impl']} | {r['threads']} | {_f(r['think_ms'], 0)} | {_f(r['throughput_per_s'], 0)} "
@@ -237,15 +220,12 @@ def markdown(result: dict) -> str:
         )
     se = result.get("semaphore")
     if se:
-        lines += [
-            "",
+        lines += _section(
             f"### 6. Semaphore ({se['mode']}; N holders, W waiters; at a quiet point the oldest or the newest "
             "holder releases and re-queues; counted at the clients)",
-            "",
-            "| implementation | N | W | releaser | notifications per release (min–max) "
-            "| ZK requests per release+handoff+re-queue | handoff median ms | p99 ms | × kazoo | peak holders |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
+            columns="implementation | N | W | releaser | notifications per release (min–max) "
+            "| ZK requests per release+handoff+re-queue | handoff median ms | p99 ms | × kazoo | peak holders",
+        )
         for r in se["rows"]:
             lines.append(
                 f"| {r['impl']} | {r['max_leases']} | {r['waiters']} | {r['releaser']} "
@@ -257,15 +237,12 @@ def markdown(result: dict) -> str:
             )
     tr = result.get("tries")
     if tr:
-        lines += [
-            "",
+        lines += _section(
             f"### 7. Non-blocking tries: `acquire(blocking=False)` ({tr['tries_per_impl']} tries each, one session, "
             "implementations alternating try by try; counted at the client)",
-            "",
-            "| implementation | held by another session: requests per failed try | writes | median ms "
-            "| free: requests per try + release | median ms | blocking acquire + release median ms |",
-            "|---|---|---|---|---|---|---|",
-        ]
+            columns="implementation | held by another session: requests per failed try | writes | median ms "
+            "| free: requests per try + release | median ms | blocking acquire + release median ms",
+        )
         for r in tr["rows"]:
             h, f, b = r["held"], r["free"], r["blocking"]
             lines.append(
@@ -276,29 +253,22 @@ def markdown(result: dict) -> str:
             )
     pr = result.get("profile")
     if pr:
-        lines += [
-            "",
+        lines += _section(
             f"### Profile: uncontended FairLock acquire+release ({pr['ops']} ops, {pr['timer']})",
-            "",
             f"Profiled: {_f(pr['profiled_wall_ms_per_op'], 3)} ms wall/op, calling thread "
             f"{pr['thread_cpu_us_per_op']:.0f} µs CPU/op, whole process {pr['profiled_process_cpu_us_per_op']:.0f} "
             "µs CPU/op.",
-            "",
-            "| function | calls/op | self µs/op | cumulative µs/op |",
-            "|---|---|---|---|",
-        ]
+            columns="function | calls/op | self µs/op | cumulative µs/op",
+        )
         for r in pr["top"][:20]:
             lines.append(
                 f"| `{r['function']}` | {_f(r['calls_per_op'], 1)} | {_f(r['self_us_per_op'], 1)} "
                 f"| {_f(r['cumulative_us_per_op'], 1)} |"
             )
-        lines += [
-            "",
+        lines += _section(
             "Unprofiled cost of pure-Python steps (best of 5 × 2000 calls):",
-            "",
-            "| step | µs per call |",
-            "|---|---|",
-        ]
+            columns="step | µs per call",
+        )
         for label, us in pr.get("micro_us", {}).items():
             lines.append(f"| {label} | {_f(us, 1)} |")
     return "\n".join(lines) + "\n"
@@ -306,12 +276,8 @@ def markdown(result: dict) -> str:
 
 def plot(result: dict, path: str) -> Optional[str]:
     """Write the PNG; return None, or why it could not be drawn."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return "matplotlib is not installed (it is in the 'bench' extra)"
     fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
     ax = axes[0][0]
@@ -407,8 +373,5 @@ def plot(result: dict, path: str) -> Optional[str]:
     ax.set_title("4. Writer wait while readers keep arriving")
     ax.legend(fontsize=7)
     m = result["meta"]
-    fig.suptitle(f"zkrecipes bench {m['started']} ({m['ensemble']}){' SMOKE' if m['smoke'] else ''}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(plt, fig, path, 90, f"zkrecipes bench {m['started']} ({m['ensemble']}){' SMOKE' if m['smoke'] else ''}")
     return None

@@ -12,13 +12,10 @@ the result, absolute times are context.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import time
 import uuid
-from datetime import datetime, timezone
 
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,8 +74,7 @@ SMOKE = {
 }
 
 
-def log(msg: str, _t0=time.monotonic()) -> None:
-    print(f"[bench {time.monotonic() - _t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+log = harness.logger("bench")
 
 
 def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: list) -> dict:
@@ -116,37 +112,24 @@ def run(hosts: str, cfg: dict, smoke: bool, ensemble_desc: str, redis_ports: lis
 
 
 def write_report(result: dict, out: str) -> None:
-    why = report.plot(result, os.path.join(out, "latest.png"))
-    md = report.markdown(result)
-    if why:
-        md += f"\nNo plot: {why}.\n"
-    with open(os.path.join(out, "latest.md"), "w") as f:
-        f.write(md)
-    log(f"wrote {out}/latest.json, latest.md" + ("" if why else ", latest.png"))
+    md = harness.write_report(out, "latest", result, report.markdown, report.plot)
+    log(f"wrote {out}/latest.json, latest.md" + ("" if "\nNo plot: " in md else ", latest.png"))
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.arguments(__doc__)
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every measure runs")
-    ap.add_argument("--hosts", help="connect string of a running ensemble (default: start 3 local servers)")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--no-redis", action="store_true", help="skip the Redis baseline")
     ap.add_argument("--no-force-sync", action="store_true", help="start the ensemble with forceSync=no")
     ap.add_argument("--report-only", action="store_true", help="re-render latest.md and latest.png from latest.json")
     args = ap.parse_args(argv)
     if args.report_only:
-        with open(os.path.join(args.out, "latest.json")) as f:
-            result = json.load(f)
-        write_report(result, args.out)
+        write_report(harness.read_json(args.out, "latest"), args.out)
         return 0
     cfg = SMOKE if args.smoke else FULL
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    t0 = time.monotonic()
-    command = "python bench/run.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
-    mach = harness.machine()
+    meta = harness.Run("run.py", argv, with_machine=True)
     redis_reason = "skipped (--no-redis)" if args.no_redis else harness.redis_absent_reason()
     servers = []
-    ensemble = None
     try:
         if redis_reason is None:
             for fsync in (False, True):
@@ -161,45 +144,25 @@ def main(argv=None) -> int:
         else:
             redis_ports = []
             redis_desc = f"absent: {redis_reason}"
-        if args.hosts:
-            hosts = args.hosts
-            ens_desc = f"external ensemble {hosts} (forceSync as configured there)"
-        else:
-            from zkrecipes.testing import Ensemble
-
-            force_sync = not args.no_force_sync
-            ensemble = Ensemble(size=3, force_sync=force_sync)
-            log("starting 3 ZooKeeper servers")
-            ensemble.start()
-            hosts = ensemble.hosts
-            ens_desc = f"3 local servers, forceSync={'yes' if force_sync else 'no'}, tickTime {ensemble.tick_ms} ms"
-        log(f"ensemble: {ens_desc}; redis: {redis_desc}")
-        result = run(hosts, cfg, args.smoke, ens_desc, redis_ports)
+        with harness.zookeeper(args.hosts, log, force_sync=not args.no_force_sync,
+                               external_note="forceSync as configured there", show_tick=True) as (hosts, ens_desc):
+            log(f"ensemble: {ens_desc}; redis: {redis_desc}")
+            result = run(hosts, cfg, args.smoke, ens_desc, redis_ports)
     finally:
-        if ensemble is not None:
-            ensemble.close()
         for s in servers:
             s.close()
     partial = result.pop("meta_partial")
-    result["meta"] = {
-        "started": started,
-        "command": command.strip(),
-        "smoke": args.smoke,
-        "duration_s": time.monotonic() - t0,
-        "measure_duration_s": partial["duration_s"],
-        "ensemble": ens_desc,
-        "zookeeper": partial["zookeeper"],
-        "redis": redis_desc,
-        "redis_present": bool(redis_ports),
-        "machine": mach,
-        "loadavg_end": list(os.getloadavg()),
-        "contenders": "threads of this one process; each contender its own KazooClient session unless stated",
-    }
+    result["meta"] = meta.meta(
+        smoke=args.smoke,
+        measure_duration_s=partial["duration_s"],
+        ensemble=ens_desc,
+        zookeeper=partial["zookeeper"],
+        redis=redis_desc,
+        redis_present=bool(redis_ports),
+        contenders="threads of this one process; each contender its own KazooClient session unless stated",
+    )
     result["targets"] = report.targets(result)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "latest.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
+    harness.write_json(args.out, "latest", result)
     write_report(result, args.out)
     for t in result["targets"]:
         mark = "met " if t["met"] else "MISS"

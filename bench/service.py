@@ -33,15 +33,11 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import json
 import os
 import shutil
 import sys
-import threading
 import time
-import uuid
 from array import array
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -49,8 +45,8 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import harness  # noqa: E402
-from bench.contention import JAVA_OPTS, Proc, _hosts_for  # noqa: E402  (the process and JVM mechanism)
-from zkrecipes.testing import _java  # noqa: E402
+from bench.contention import JAVA_OPTS  # noqa: E402  (its JVM flags)
+from bench.harness import Proc, cell, hosts_for  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 JAVA_SOURCE = HERE / "CuratorService.java"
@@ -64,8 +60,7 @@ FULL = {"processes": 4, "threads": [8, 1, 4, 16, 64], "warmup_s": 2.0, "window_s
 QUICK = {"processes": 2, "threads": [2], "warmup_s": 0.3, "window_s": 1.0, "reps": 1}
 
 
-def log(msg: str, _t0: float = time.monotonic()) -> None:
-    print(f"[service {time.monotonic() - _t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+log = harness.logger("service")
 
 
 # -- a process of a Python contender --------------------------------------------------------------
@@ -150,11 +145,7 @@ def worker(args: argparse.Namespace) -> int:
             except Exception as e:  # reported, counted as an error of the run
                 errors[k] = repr(e).replace("\n", " ")
 
-        running = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
-        for t in running:
-            t.start()
-        for t in running:
-            t.join()
+        harness.in_threads(run, threads)
         lines = []
         if writer:
             v = outs[0]
@@ -188,11 +179,7 @@ def _argv(impl: str, role: str, hosts: str, path: str, threads: int, session: fl
 
 
 def _dist(values_ns: List[int]) -> Dict[str, Any]:
-    s = sorted(values_ns)
-    if not s:
-        return {"n": 0, "p50_ms": None, "p99_ms": None, "max_ms": None}
-    return {"n": len(s), "p50_ms": harness.percentile(s, 0.5) / 1e6, "p99_ms": harness.percentile(s, 0.99) / 1e6,
-            "max_ms": s[-1] / 1e6}
+    return harness.dist_ms(values_ns, (50, 99))
 
 
 def overlaps(writes: List[Tuple[int, int, int, int]], unions: List[List[Tuple[int, int]]]) -> int:
@@ -212,9 +199,9 @@ def overlaps(writes: List[Tuple[int, int, int, int]], unions: List[List[Tuple[in
 def start_fleet(impl: str, hosts: str, path: str, procs: int, threads: int, cfg: Dict[str, Any],
                 classpath: Optional[str]) -> List[Proc]:
     """Start P reader processes x ``threads`` and one writer process of ``impl`` on ``path`` (the writer last)."""
-    fleet = [Proc(_argv(impl, "reader", _hosts_for(hosts, i), path, threads, cfg["session_s"], classpath))
+    fleet = [Proc(_argv(impl, "reader", hosts_for(hosts, i), path, threads, cfg["session_s"], classpath))
              for i in range(procs)]
-    fleet.append(Proc(_argv(impl, "writer", _hosts_for(hosts, procs), path, 1, cfg["session_s"], classpath)))
+    fleet.append(Proc(_argv(impl, "writer", hosts_for(hosts, procs), path, 1, cfg["session_s"], classpath)))
     return fleet
 
 
@@ -263,13 +250,8 @@ def run_fleet(impl: str, fleet: List[Proc], threads: int, cfg: Dict[str, Any]) -
 
 def run(hosts: str, cfg: Dict[str, Any], impls: List[str], classpath: Optional[str]) -> List[Dict[str, Any]]:
     """Every repetition and shape, the contenders one after the other in rotating order."""
-    from kazoo.client import KazooClient
-
-    root = f"/zkrecipes-service/{uuid.uuid4().hex[:12]}"
-    admin = KazooClient(hosts=hosts, timeout=20.0)
-    admin.start(60)
     rows = []
-    try:
+    with harness.admin(hosts, "service") as (admin, root):
         for rep in range(cfg["reps"]):
             for k, threads in enumerate(cfg["threads"]):
                 # every fleet of the shape starts and connects at once, then waits idle for its turn: the
@@ -296,29 +278,19 @@ def run(hosts: str, cfg: Dict[str, Any], impls: List[str], classpath: Optional[s
                 finally:
                     for p in (p for fleet in fleets.values() for p in fleet):
                         p.stop()
-        try:
-            admin.delete(root, recursive=True)
-        except Exception:  # a killed contender's node stays until its session ends
-            pass
-    finally:
-        admin.stop()
-        admin.close()
     return rows
 
 
 # -- report ---------------------------------------------------------------------------------------
 
 
-def _f(x: Optional[float], fmt: str = "{:.1f}") -> str:
-    return "—" if x is None else fmt.format(x)
+_f = cell
 
 
 def markdown(result: Dict[str, Any]) -> str:
     m, cfg = result["meta"], result["config"]
     lines = [
-        f"Run {m['started']} · `{m['command']}` · commit {m['machine'].get('commit', '?')} · {m['ensemble']} · "
-        f"{m['duration_s']:.0f} s · load average {m['machine']['loadavg_start'][0]:.1f} -> "
-        f"{m['loadavg_end'][0]:.1f} on {m['machine']['cpus']} CPUs", "",
+        harness.run_line(m, zookeeper=False), "",
         f"{cfg['processes']} reader processes x T threads, each loop read-acquire -> {HOLD_US / 1000:g} ms asleep "
         f"-> release; one writer process: write-acquire -> {WRITE_HOLD_US / 1000:g} ms -> release -> "
         f"{WRITE_PAUSE_US / 1000:g} ms pause; {cfg['warmup_s']:g} s warm-up, {cfg['window_s']:g} s measured; "
@@ -355,13 +327,9 @@ def markdown(result: Dict[str, Any]) -> str:
 def plot(result: Dict[str, Any], path: str) -> Optional[str]:
     """Read grants/s, read acquire p50 and writer wait p99 against threads per process (median over reps);
     return why not (no matplotlib) or None."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return "matplotlib is not installed (pip install -e '.[bench]')"
+    plt = harness.pyplot()
+    if plt is None:
+        return harness.NO_MATPLOTLIB
     rows, ts = result["rows"], sorted(result["config"]["threads"])
     panels = [("read grants/s", lambda r: r["read_grants_per_s"]),
               ("read acquire p50 (ms)", lambda r: r["read_acquire"]["p50_ms"]),
@@ -384,31 +352,17 @@ def plot(result: Dict[str, Any], path: str) -> Optional[str]:
         ax.set_xlabel(f"threads per process ({result['config']['processes']} reader processes)", fontsize=9)
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
-    m = result["meta"]
-    fig.suptitle(f"Service pattern: read 1 ms, a writer every ~0.1 s · {m['started']} · commit "
-                 f"{m['machine'].get('commit', '?')}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    harness.save_figure(plt, fig, path, 80, f"Service pattern: read 1 ms, a writer every ~0.1 s · "
+                        f"{harness.stamp(result['meta'])}", fontsize=10)
     return None
-
-
-def write_report(result: Dict[str, Any], out: str) -> str:
-    why = plot(result, os.path.join(out, "service.png"))
-    md = markdown(result) + (f"\nNo plot: {why}.\n" if why else "")
-    with open(os.path.join(out, "service.md"), "w") as f:
-        f.write(md)
-    return md
 
 
 # -- main -----------------------------------------------------------------------------------------
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = harness.arguments(__doc__)
     ap.add_argument("--quick", action="store_true", help="a smoke run of seconds (2 x 2, 0.3 s + 1 s)")
-    ap.add_argument("--hosts", help="connect string of a running ensemble (default: start 3 local servers)")
-    ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--window", type=float, help="measured seconds per run (default 10)")
     ap.add_argument("--warmup", type=float, help="warm-up seconds per run (default 2)")
     ap.add_argument("--processes", type=int, help="reader processes (default 4)")
@@ -425,8 +379,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args.threads = int(args.threads or 1)
         return worker(args)
     if args.report_only:
-        with open(os.path.join(args.out, "service.json")) as f:
-            print(write_report(json.load(f), args.out))
+        print(harness.write_report(args.out, "service", harness.read_json(args.out, "service"), markdown, plot))
         return 0
     cfg = dict(QUICK if args.quick else FULL)
     for key, value in (("window_s", args.window), ("warmup_s", args.warmup), ("processes", args.processes),
@@ -441,40 +394,14 @@ def main(argv: Optional[List[str]] = None) -> int:
             ap.error(f"--threads takes positive integers, got {args.threads!r}")
     cfg["session_s"] = args.session
     impls = list(args.impls)
-    classpath, curator_absent = None, ""
-    if CURATOR in impls:
-        classpath, curator_absent = _java.curator_classpath(JAVA_SOURCE)
-        if classpath is None:
-            impls.remove(CURATOR)
-            log(f"Curator left out: {curator_absent}")
-    started = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    command = "python bench/service.py" + " ".join([""] + (argv if argv is not None else sys.argv[1:]))
-    mach = harness.machine()
-    t0 = time.monotonic()
-    ensemble = None
-    try:
-        if args.hosts:
-            hosts, desc = args.hosts, f"external ensemble {args.hosts}"
-        else:
-            from zkrecipes.testing import Ensemble
-
-            ensemble = Ensemble(size=3, force_sync=False)
-            log("starting 3 ZooKeeper servers")
-            ensemble.start()
-            hosts, desc = ensemble.hosts, "3 local servers, forceSync=no"
+    classpath, curator_absent = harness.curator(impls, CURATOR, JAVA_SOURCE, log)
+    meta = harness.Run("service.py", argv, with_machine=True)
+    with harness.zookeeper(args.hosts, log) as (hosts, desc):
         rows = run(hosts, cfg, impls, classpath)
-    finally:
-        if ensemble is not None:
-            ensemble.close()
     result = {"config": cfg, "impls": impls, "curator_absent": curator_absent, "rows": rows,
-              "meta": {"started": started, "command": command.strip(), "ensemble": desc,
-                       "duration_s": time.monotonic() - t0, "machine": mach, "loadavg_end": list(os.getloadavg()),
-                       "quick": args.quick}}
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "service.json"), "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(write_report(result, args.out))
+              "meta": meta.meta(ensemble=desc, quick=args.quick)}
+    harness.write_json(args.out, "service", result)
+    print(harness.write_report(args.out, "service", result, markdown, plot))
     return 0
 
 

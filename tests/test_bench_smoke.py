@@ -224,7 +224,8 @@ def test_recovery_bench_smoke(zk_ensemble, tmp_path):
     """bench/recovery.py (issue 39): every fault for every library, each contender in its own process; the
     waiter is granted after each fault, and in the same run the doubt clock's guarantee holds for ours:
     a cut-off holder is told it lost the lock before the waiter is granted."""
-    from bench.recovery import CURATOR, FAULTS, LIBS, OURS, _java
+    from bench.recovery import CURATOR, FAULTS, LIBS, OURS
+    from zkrecipes.testing import _java
 
     out = tmp_path / "results"
     _smoke("recovery.py", zk_ensemble.hosts, out)
@@ -246,7 +247,8 @@ def test_service_bench_smoke(zk_ensemble, tmp_path):
     """bench/service.py (issue 48): every contender of the service pattern runs in its own processes and
     reports its figures; no writer hold meets a reader's hold under a lock, and the no-lock ceiling's do
     (the check sees a real overlap)."""
-    from bench.service import CURATOR, IMPLS, JAVA_SOURCE, NONE, _java
+    from bench.service import CURATOR, IMPLS, JAVA_SOURCE, NONE
+    from zkrecipes.testing import _java
 
     out = tmp_path / "results"
     proc = subprocess.run(
