@@ -438,7 +438,7 @@ def main(argv=None) -> int:
             setattr(args, name, value)
         print(json.dumps(WORKERS[args.worker](args)))
         return 0
-    meta = harness.Run()
+    record = harness.Run()
     log = harness.logger("aio bench")
     with harness.zookeeper(args.hosts) as (hosts, desc):
         log(f"{cfg['tasks']} tasks on {cfg['clients']} clients")
@@ -456,7 +456,7 @@ def main(argv=None) -> int:
         samples = sorted(s / 1e3 for r in runs for s in r["wake_samples_ms"])
         pingpong_rows[impl] = _summary(samples)
     result = {"config": cfg, "thousand": thousand_run, "pingpong": pingpong_rows, "uncontended": uncontended_rows,
-              "meta": meta.meta(ensemble=desc)}
+              "meta": record.meta(ensemble=desc)}
     harness.write_json(args.out, "aio", result)
     print(harness.write_report(args.out, "aio", result, markdown), file=sys.stderr)
     return 0

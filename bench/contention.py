@@ -902,7 +902,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     cfg.update({"session_s": args.session, "work_us": 200, "drain_s": 120.0, "layouts": layouts})
     impls = list(args.impls)
     classpath, curator_absent = harness.curator(impls, CURATOR, JAVA_SOURCE, log)
-    meta = harness.Run("contention.py", argv, with_machine=True)
+    record = harness.Run("contention.py", argv, with_machine=True)
     with harness.zookeeper(args.hosts, log) as (hosts, desc):
         zk_version = harness.server_version(harness.server_list(hosts))
         rows, floors = run(hosts, cfg, impls, classpath, layouts)
@@ -912,7 +912,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "curator_absent": curator_absent,
         "rows": rows,
         "floors": floors,
-        "meta": meta.meta(ensemble=desc, zookeeper=zk_version, smoke=args.smoke, quick=args.quick, pid=os.getpid()),
+        "meta": record.meta(ensemble=desc, zookeeper=zk_version, smoke=args.smoke, quick=args.quick, pid=os.getpid()),
     }
     result["targets"] = targets(rows, [p * t for p, t in cfg["sizes"]])
     harness.write_json(args.out, "contention", result)

@@ -404,7 +404,7 @@ def main(argv=None) -> int:
         os.environ["ZKRECIPES_BENCH_PIN"] = str(args.pin)
     from bench import harness  # here, not at the top: a worker imports zkrecipes from --baseline's checkout
 
-    meta = harness.Run()
+    record = harness.Run()
     log = lambda s: print(s, file=sys.stderr, flush=True)  # noqa: E731
     with harness.zookeeper(args.hosts) as (hosts, desc):
         baseline = os.path.abspath(args.baseline) if args.baseline else None
@@ -416,7 +416,7 @@ def main(argv=None) -> int:
     if args.baseline:
         cfg["baseline"] = _describe(args.baseline)
     result["config"] = cfg
-    result["meta"] = meta.meta(ensemble=desc, loadavg_end=list(os.getloadavg()),
+    result["meta"] = record.meta(ensemble=desc, loadavg_end=list(os.getloadavg()),
                                checkout=_describe(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     result["targets"] = [
         {"target": "uncontended FairLock acquire+release calling-thread CPU / raw kazoo create+delete",

@@ -254,7 +254,7 @@ def main(argv=None) -> int:
         args.keys, args.threads, args.duration, args.spaces, args.reps = 50, 4, 0.3, [10, 1000], 1
     cfg = {"keys": args.keys, "threads": args.threads, "duration": args.duration, "spaces": args.spaces,
            "reps": args.reps}
-    meta = harness.Run()
+    record = harness.Run()
     with harness.zookeeper(args.hosts) as (hosts, desc):
         root = f"/zkrecipes-bench-keys/{uuid.uuid4().hex[:12]}"
         runs: dict = {i: [] for i in RUNS}
@@ -271,7 +271,7 @@ def main(argv=None) -> int:
             r["throughput"] = {s: statistics.median([x["throughput"][s] for x in rs]) for s in rs[0]["throughput"]}
             r["throughput_by_rep"] = [x["throughput"] for x in rs]
             rows[impl] = r
-    result = {"config": cfg, "rows": rows, "stock_raw": rows.pop(STOCK_RAW), "meta": meta.meta(ensemble=desc)}
+    result = {"config": cfg, "rows": rows, "stock_raw": rows.pop(STOCK_RAW), "meta": record.meta(ensemble=desc)}
     harness.write_json(args.out, "per_key", result)
     print(harness.write_report(args.out, "per_key", result, markdown), file=sys.stderr)
     return 0

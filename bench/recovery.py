@@ -396,14 +396,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         cfg["sessions"] = list(args.sessions)
     libs = list(args.libs)
     classpath, curator_absent = harness.curator(libs, CURATOR, JAVA_SOURCE, log)
-    meta = harness.Run("recovery.py", argv, with_machine=True)
+    record = harness.Run("recovery.py", argv, with_machine=True)
     with harness.zookeeper(args.hosts, log, external_note=f"tickTime taken as {TICK_MS} ms", show_tick=True,
                            tick_ms=TICK_MS, max_session_ms=40000) as (hosts, desc):
         zk_version = harness.server_version(harness.server_list(hosts))
         rows = run(hosts, cfg, libs, classpath)
     result = {
         "config": cfg, "libs": libs, "curator_absent": curator_absent, "rows": rows, "summary": summarise(rows),
-        "meta": meta.meta(zookeeper=zk_version, ensemble=desc),
+        "meta": record.meta(zookeeper=zk_version, ensemble=desc),
     }
     harness.write_json(args.out, "recovery", result)
     print(harness.write_report(args.out, "recovery", result, markdown, plot))

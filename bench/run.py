@@ -127,7 +127,7 @@ def main(argv=None) -> int:
         write_report(harness.read_json(args.out, "latest"), args.out)
         return 0
     cfg = SMOKE if args.smoke else FULL
-    meta = harness.Run("run.py", argv, with_machine=True)
+    record = harness.Run("run.py", argv, with_machine=True)
     redis_reason = "skipped (--no-redis)" if args.no_redis else harness.redis_absent_reason()
     servers = []
     try:
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         for s in servers:
             s.close()
     partial = result.pop("meta_partial")
-    result["meta"] = meta.meta(
+    result["meta"] = record.meta(
         smoke=args.smoke,
         measure_duration_s=partial["duration_s"],
         ensemble=ens_desc,

@@ -395,11 +395,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     cfg["session_s"] = args.session
     impls = list(args.impls)
     classpath, curator_absent = harness.curator(impls, CURATOR, JAVA_SOURCE, log)
-    meta = harness.Run("service.py", argv, with_machine=True)
+    record = harness.Run("service.py", argv, with_machine=True)
     with harness.zookeeper(args.hosts, log) as (hosts, desc):
         rows = run(hosts, cfg, impls, classpath)
     result = {"config": cfg, "impls": impls, "curator_absent": curator_absent, "rows": rows,
-              "meta": meta.meta(ensemble=desc, quick=args.quick)}
+              "meta": record.meta(ensemble=desc, quick=args.quick)}
     harness.write_json(args.out, "service", result)
     print(harness.write_report(args.out, "service", result, markdown, plot))
     return 0
