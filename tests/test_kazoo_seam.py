@@ -7,6 +7,7 @@ must be the one imported, so a run on the wrong kazoo fails instead of passing q
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -174,6 +175,23 @@ def test_submit_pipelines_in_order_and_fails_cleanly_once_stopped(zk_factory):
     stopped = _kazoo.submit(client, [GetChildren(full_path(client, "/seam-submit"), None)])
     with pytest.raises(ConnectionClosedError):
         stopped[0].get(timeout=10)
+
+
+def sent_xids(caplog: pytest.LogCaptureFixture) -> list:
+    """The xids of the requests kazoo logged as sent (its DEBUG log), pings, auths and connects left out."""
+    sent = [r.args[0] for r in caplog.records if r.name == "kazoo.client" and r.msg.startswith("Sending request")]
+    return [xid for xid in sent if isinstance(xid, int) and xid > 0]
+
+
+def test_number_far_numbers_the_next_requests_far_and_the_server_answers_them(zk_factory, caplog):
+    client = zk_factory()
+    caplog.set_level(logging.DEBUG, logger="kazoo.client")
+    caplog.clear()
+    _kazoo_ops.number_far(client)
+    client.sync("/")  # a request the server commits, as the twin's Close: answered, at its far xid
+    assert client.exists("/") is not None
+    assert client.get_children("/") is not None  # past 2**31 - 1 kazoo numbers from 1 again
+    assert sent_xids(caplog)[:3] == [_kazoo_ops.FAR_XID, _kazoo_ops.FAR_XID + 1, 1]
 
 
 def test_create_and_list_is_one_pipelined_pair_with_the_chroot_handled(zk):

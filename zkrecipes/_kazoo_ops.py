@@ -1,9 +1,9 @@
 """The seam's less travelled part: ZooKeeper requests kazoo does not expose, and cleanups of abandoned ones.
 
 TTL nodes (createTTL), removeWatches, multis fenced by our node's session (held transactions, ``once``),
-and the callbacks that undo a create or a watch whose run gave up on it. Like :mod:`zkrecipes._kazoo`,
-each function names the private state of kazoo it relies on (2.9.0-2.11.0); tests/test_kazoo_seam.py
-checks them against a real ensemble.
+the test kit twin's request numbering, and the callbacks that undo a create or a watch whose run gave up on
+it. Like :mod:`zkrecipes._kazoo`, each function names the private state of kazoo it relies on
+(2.9.0-2.11.0); tests/test_kazoo_seam.py checks them against a real ensemble.
 """
 
 from __future__ import annotations
@@ -92,6 +92,21 @@ def register_nowatcher() -> None:
 
 
 register_nowatcher()
+
+
+FAR_XID = 2**31 - 2  # kazoo numbers requests 1, 2, ... on each connection, wrapping past 2**31 - 1 to 1
+
+
+def number_far(client: KazooClient) -> None:
+    """Number the next request ``client`` sends on its connection :data:`FAR_XID` (and on from there), not
+    the next small number. For a second connection to another client's session (the test kit's twin): its
+    requests must never share an xid with those of the session's own connection, numbered from 1 on each
+    connection. A follower takes a committed write for the local write it waits on with the same session
+    and xid: a twin's Close at xid 1, committed while the client's first request on a new connection (xid
+    1, a sync) waited there, answered that request, which was then answered again -- kazoo's connection
+    thread dies of "xids do not match" and the client stays closed. Relies on ``ConnectionHandler._xid``,
+    advanced by ``_send_request`` and reset to 0 on each connection (2.9.0-2.11.0)."""
+    client._connection._xid = FAR_XID - 1
 
 
 def delete_if_created(client: KazooClient) -> Callable[[AsyncResult], None]:

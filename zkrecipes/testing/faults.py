@@ -12,9 +12,11 @@ import time
 from typing import Dict, List, Optional, Set, Tuple
 
 from kazoo.client import KazooClient
+from kazoo.handlers.threading import KazooTimeoutError
 from kazoo.protocol.states import KazooState
 
 from .._kazoo import session_timeout
+from .._kazoo_ops import number_far
 
 log = logging.getLogger("zkrecipes.testing.faults")
 
@@ -27,8 +29,9 @@ def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
     """Expire ``client``'s session on the server, as a long pause or partition would.
 
     Opens a second connection with the same session id and password and closes it, which ends the
-    session server-side. Returns once ``client`` has seen ``LOST`` and is connected again with a new
-    session; raises ``TimeoutError`` if that does not happen within ``timeout`` seconds.
+    session server-side (its Close is numbered so that no server takes it for one of ``client``'s own
+    requests, which kazoo would read two replies for). Returns once ``client`` has seen ``LOST`` and is
+    connected again with a new session; raises ``TimeoutError`` if that does not happen within ``timeout`` seconds.
     """
     if not isinstance(client, KazooClient):
         raise TypeError(f"client must be a KazooClient, got {client!r}")
@@ -45,12 +48,18 @@ def expire_session(client: KazooClient, timeout: float = 30.0) -> None:
     try:
         deadline = time.monotonic() + timeout
         session_id = client.client_id
-        # the client may take its session back (reconnecting) before the twin's Close reaches the server: then
-        # the session lives on, and the twin tries again
+        # the client may take its session back (reconnecting) before the twin's Close reaches the server, or
+        # before the twin's start() returns (which then says it timed out): the session lives on, the twin
+        # tries again
         while True:
             twin = KazooClient(hosts=_connect_string(client), client_id=session_id)
             try:
                 twin.start(timeout=max(0.1, deadline - time.monotonic()))
+                number_far(twin)  # its Close is never taken for the client's own request (see number_far)
+            except KazooTimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+                continue
             finally:
                 twin.stop()
                 twin.close()
