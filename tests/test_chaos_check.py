@@ -250,11 +250,12 @@ def test_stalled_queue_with_nodes_nobody_holds_counts_orphans(tmp_path):
     assert (t2["stalls"], t2["stuck_heads"], t2["orphans"]) == (1, 0, 0)
 
 
-def _granted_while_frozen(h: History, clock: FakeClock, late_acts: bool) -> None:
+def _granted_while_frozen(h: History, clock: FakeClock, late_acts: bool, token_read: bool = True) -> None:
     """Worker 2 (B, node token 5) is granted just as the nemesis freezes its process: its grant is recorded
     only once SIGCONT came, 5 s later. Its session expired meanwhile, so Y (token 7) and then Z (token 9),
     queued behind B, were granted in turn; Z is between its read and its write when B records its grant.
-    With ``late_acts`` B's check() wrongly passes and it writes (the register refuses token 5)."""
+    With ``late_acts`` B's check() wrongly passes and it writes (the register refuses token 5); without
+    ``token_read`` B's hold was lost before its worker could read the token (only its node is known)."""
     h.ev(2, "acquire", req="B", mode="x")
     h.nemesis("fault_start", id="p", kind="pause", target_pid=2)
     stopped = h.now()
@@ -267,7 +268,9 @@ def _granted_while_frozen(h: History, clock: FakeClock, late_acts: bool) -> None
     h.grant(1, "Z", token=9, seq=9)
     vz = h.reg.read(9, hold="Z", checked=h.now())
     h.nemesis("fault_end", id="p", stopped=stopped)
-    h.grant(2, "B", token=5, seq=5, queued=False)  # recorded after Z's grant, though ZooKeeper granted it first
+    h.grant(2, "B", token=5 if token_read else None, seq=5, queued=False)  # recorded after Z's grant, though
+    if not token_read:  # ZooKeeper granted it first
+        h.ev(2, "no_token", hold="B")
     if late_acts:
         with pytest.raises(StaleToken):
             h.reg.write(5, 1, hold="B", checked=h.now())  # a check after SIGCONT: never excused
@@ -282,11 +285,14 @@ def test_a_grant_recorded_late_by_a_frozen_worker_does_not_make_the_next_holder_
     grant after holds that queued behind it (higher tokens) were granted once its session had expired. By
     recorded grant times the holder of the moment (Z) acted after a later grant; in the lock's order (the
     tokens) B's grant came first, and B never acted. No unsafe overlap."""
-    h = History(tmp_path, impl="election")
-    _granted_while_frozen(h, clock, late_acts=False)
-    t = h.check()
-    assert (t["unsafe"], t["accepted_overlaps"], t["lost_increments"], t["ops_rejected"]) == (0, 0, 0, 0), t["findings"]
-    assert t["pause_races"] == 0 and t["out_of_order"] == 0  # (B's request waited across the pause)
+    for token_read in (True, False):  # (a hold lost before its token was read: ordered by its node's number)
+        os.makedirs(tmp_path / str(token_read))
+        h = History(tmp_path / str(token_read), impl="election")
+        _granted_while_frozen(h, clock, late_acts=False, token_read=token_read)
+        t = h.check()
+        assert (t["unsafe"], t["accepted_overlaps"], t["lost_increments"], t["ops_rejected"]) == (0, 0, 0, 0), \
+            (token_read, t["findings"])
+        assert t["pause_races"] == 0 and t["out_of_order"] == 0  # (B's request waited across the pause)
 
 
 def test_a_late_recorded_grant_that_acts_is_the_unsafe_one(tmp_path, clock):
@@ -321,3 +327,19 @@ def test_a_reader_is_ordered_against_writers_by_token(tmp_path, clock):
     t = h.check()
     assert sorted((f["hold"], f["after_grant_of"]) for f in t["findings"] if f["what"] == "unsafe overlap") == [
         ("R", "W"), ("W", "R2")]
+
+
+def test_a_queue_numbered_afresh_is_ordered_by_tokens(tmp_path, clock):
+    """A queue's parent reaped once empty and made again numbers its nodes from 0: then the sequence numbers
+    (disagreeing with the tokens) are not used, and a stale holder acting after a grant in the new queue
+    still counts."""
+    h = History(tmp_path)
+    h.grant(1, "A", token=9, seq=40)
+    va = h.reg.read(9, hold="A")  # A is frozen here; its session expires, its node goes, the parent is reaped
+    h.grant(2, "B", token=12, seq=0)  # the first node of the parent made again
+    h.release(2, "B")
+    clock.advance(0.01)
+    h.reg.write(9, va + 1, hold="A")  # accepted: B never wrote
+    h.release(1, "A")
+    t = h.check()
+    assert [(f["hold"], f["after_grant_of"]) for f in t["findings"] if f["what"] == "unsafe overlap"] == [("A", "B")]
