@@ -21,7 +21,10 @@ unsafe overlap
     had been granted: two holders acting at once. Usually the older one is stale -- paused, cut off or
     expired, acting after losing its hold -- but it can also be the later grant that was made on stale
     information (a waiter frozen while being granted). Fencing turns the stale side's operations into
-    rejections; without fencing they are accepted.
+    rejections; without fencing they are accepted. *Later* is the lock's own order where both holds' nodes
+    are known (a node that queued behind ours: a higher sequence number or czxid), else the order of the
+    recorded grants: a worker frozen between being granted and recording it records its grant after holds
+    ZooKeeper granted after it (see :func:`first_later`).
 expiry and pause races
     operations no lock could have stopped, only fencing (see :func:`races`): the lab's ``session-expiry``
     ends a session server-side at once, so ZooKeeper frees its nodes -- and grants them -- as it tells the
@@ -59,7 +62,7 @@ import glob
 import json
 import os
 from collections import defaultdict
-from typing import Optional
+from typing import Callable, Optional
 
 from .fenced import read_log
 
@@ -147,6 +150,71 @@ def races(faults: list, events: list):
         return None
 
     return raced
+
+
+def _number(v) -> bool:
+    return type(v) is int  # a czxid or a sequence number (never a bool, a string or None)
+
+
+def queue_place(holds: list) -> Callable[[dict], Optional[int]]:
+    """Where each hold's node stood in the lock's queue, if known: its sequence number, or its token (czxid)
+    when the sequence numbers of the holds with both disagree with their tokens somewhere (a queue's
+    parent reaped once empty and made again numbers from 0). Both orders are ZooKeeper's: a node can only
+    be granted once every conflicting node ahead of it has gone. The sequence number is known for a hold
+    lost before its worker could read the token (``no_token``), whose grant was recorded late."""
+    both = sorted((o["token"], o["seq"]) for o in holds if _number(o.get("token")) and _number(o.get("seq")))
+    by_seq = all(x[1] < y[1] for x, y in zip(both, both[1:]))
+    key = "seq" if by_seq else "token"
+    return lambda o: o.get(key) if _number(o.get(key)) else None
+
+
+def _two_earliest(best: tuple, h: dict) -> tuple:
+    """The earliest recorded grant among ``best`` and ``h``, and the earliest of another process (if any)."""
+    merged = sorted((h, *best), key=lambda o: o["grant"])
+    second = next((o for o in merged[1:] if o["pid"] != merged[0]["pid"]), None)
+    return (merged[0],) if second is None else (merged[0], second)
+
+
+def first_later(holds: list, exclusive) -> Callable[[dict, float], Optional[dict]]:
+    """A function ``first(h, until)``: of the holds of other processes that conflict with hold ``h``
+    (``exclusive(id)``: not a reader) and were granted after it, the one whose grant was recorded first,
+    if that was before ``until``; else None.
+
+    *After* is the lock's order where both holds' places in the queue are known (:func:`queue_place`): a
+    node that queued behind ours can only be granted once ours has gone. A worker frozen between being
+    granted and recording it (SIGSTOP while its read-back or its create's reply was on the way, or as
+    ``acquire()`` returned) records the grant after holds granted once its session had expired; by the
+    records alone the rightful holder of the moment would be acting after a later grant, and the late one
+    -- had it acted -- after none. Other holds are ordered by their recorded grants."""
+    place = queue_place(holds)
+    by_time = sorted(holds, key=lambda o: o["grant"])
+    gtimes = [o["grant"] for o in by_time]
+    placed = sorted((o for o in holds if place(o) is not None), key=place)
+    places = [place(o) for o in placed]
+    # for each k, the two earliest recorded grants (of different processes) among placed[k:]: every hold,
+    # and writers only (what a reader conflicts with)
+    suffixes = []
+    for writers_only in (False, True):
+        out: list = [()] * (len(placed) + 1)
+        for k in range(len(placed) - 1, -1, -1):
+            o = placed[k]
+            out[k] = _two_earliest(out[k + 1], o) if not writers_only or exclusive(o["id"]) else out[k + 1]
+        suffixes.append(out)
+
+    def first(h: dict, until: float) -> Optional[dict]:
+        found = []
+        at = place(h)
+        if at is not None:
+            behind = suffixes[0 if exclusive(h["id"]) else 1][bisect.bisect_right(places, at)]
+            found += [o for o in behind if o["pid"] != h["pid"]][:1]
+        for o in by_time[bisect.bisect_right(gtimes, h["grant"]):bisect.bisect_left(gtimes, until)]:
+            if o["pid"] != h["pid"] and (at is None or place(o) is None) and (exclusive(h["id"]) or exclusive(o["id"])):
+                found.append(o)
+                break
+        best = min(found, key=lambda o: o["grant"], default=None)
+        return best if best is not None and best["grant"] < until else None
+
+    return first
 
 
 def _load_jsonl(path: str) -> list:
@@ -326,9 +394,8 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
         active.append((hid, a, b))
     totals["accepted_overlaps"] = n_acc
 
-    # unsafe overlaps: a hold acting after a later conflicting hold was granted
-    grants = sorted((h["grant"], h["id"]) for h in holds.values())
-    gtimes = [g[0] for g in grants]
+    # unsafe overlaps: a hold acting after a later conflicting hold was granted (later: see first_later)
+    first_after = first_later(list(holds.values()), exclusive)
     involved: set = set()  # holds on either side of an unsafe overlap (or of a raced expiry)
     n_unsafe = 0
     n_raced = {kind: 0 for kind in RACE_FINDINGS}
@@ -336,15 +403,7 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
         h = holds.get(hid)
         if h is None:
             continue
-        i = bisect.bisect_right(gtimes, h["grant"])
-        j = bisect.bisect_left(gtimes, recs[-1]["t"])
-        first = None
-        for k in range(i, j):
-            other = holds[grants[k][1]]
-            if other["pid"] == h["pid"] or not (exclusive(hid) or exclusive(other["id"])):
-                continue
-            first = other
-            break
+        first = first_after(h, recs[-1]["t"])
         if first is None:
             continue
         late = [r for r in recs if r["t"] > first["grant"]]

@@ -248,3 +248,98 @@ def test_stalled_queue_with_nodes_nobody_holds_counts_orphans(tmp_path):
     h2.release(1, "A")
     t2 = h2.check()
     assert (t2["stalls"], t2["stuck_heads"], t2["orphans"]) == (1, 0, 0)
+
+
+def _granted_while_frozen(h: History, clock: FakeClock, late_acts: bool, token_read: bool = True) -> None:
+    """Worker 2 (B, node token 5) is granted just as the nemesis freezes its process: its grant is recorded
+    only once SIGCONT came, 5 s later. Its session expired meanwhile, so Y (token 7) and then Z (token 9),
+    queued behind B, were granted in turn; Z is between its read and its write when B records its grant.
+    With ``late_acts`` B's check() wrongly passes and it writes (the register refuses token 5); without
+    ``token_read`` B's hold was lost before its worker could read the token (only its node is known)."""
+    h.ev(2, "acquire", req="B", mode="x")
+    h.nemesis("fault_start", id="p", kind="pause", target_pid=2)
+    stopped = h.now()
+    clock.advance(3.2)  # B's session expires; B's node goes with it
+    h.grant(3, "Y", token=7, seq=7)
+    vy = h.reg.read(7, hold="Y", checked=h.now())
+    h.reg.write(7, vy + 1, hold="Y", checked=h.now())
+    h.release(3, "Y")
+    clock.advance(1.5)
+    h.grant(1, "Z", token=9, seq=9)
+    vz = h.reg.read(9, hold="Z", checked=h.now())
+    h.nemesis("fault_end", id="p", stopped=stopped)
+    h.grant(2, "B", token=5 if token_read else None, seq=5, queued=False)  # recorded after Z's grant, though
+    if not token_read:  # ZooKeeper granted it first
+        h.ev(2, "no_token", hold="B")
+    if late_acts:
+        with pytest.raises(StaleToken):
+            h.reg.write(5, 1, hold="B", checked=h.now())  # a check after SIGCONT: never excused
+    h.ev(2, "check_fail", hold="B")
+    h.release(2, "B")
+    h.reg.write(9, vz + 1, hold="Z", checked=h.now())
+    h.release(1, "Z")
+
+
+def test_a_grant_recorded_late_by_a_frozen_worker_does_not_make_the_next_holder_unsafe(tmp_path, clock):
+    """The open finding of issue 46: a worker frozen between being granted and recording it records its
+    grant after holds that queued behind it (higher tokens) were granted once its session had expired. By
+    recorded grant times the holder of the moment (Z) acted after a later grant; in the lock's order (the
+    tokens) B's grant came first, and B never acted. No unsafe overlap."""
+    for token_read in (True, False):  # (a hold lost before its token was read: ordered by its node's number)
+        os.makedirs(tmp_path / str(token_read))
+        h = History(tmp_path / str(token_read), impl="election")
+        _granted_while_frozen(h, clock, late_acts=False, token_read=token_read)
+        t = h.check()
+        assert (t["unsafe"], t["accepted_overlaps"], t["lost_increments"], t["ops_rejected"]) == (0, 0, 0, 0), \
+            (token_read, t["findings"])
+        assert t["pause_races"] == 0 and t["out_of_order"] == 0  # (B's request waited across the pause)
+
+
+def test_a_late_recorded_grant_that_acts_is_the_unsafe_one(tmp_path, clock):
+    """The same, but B's check() passes after its process ran again and it writes: a genuine stale act. It is
+    B's, after Y's grant (the first of those queued behind B), and it still counts -- where ordering by
+    recorded grants blamed Z instead and never saw B's write."""
+    h = History(tmp_path, impl="election")
+    _granted_while_frozen(h, clock, late_acts=True)
+    t = h.check()
+    unsafe = [(f["hold"], f["after_grant_of"], f["ops"], f["accepted"]) for f in t["findings"]
+              if f["what"] == "unsafe overlap"]
+    assert t["unsafe"] == 1 and unsafe == [("B", "Y", 1, 0)], t["findings"]
+    assert (t["ops_rejected"], t["false_rejections"], t["pause_races"]) == (1, 0, 0)
+
+
+def test_a_reader_is_ordered_against_writers_by_token(tmp_path, clock):
+    """Readers are ordered against writers only, by token too: a reader ahead of a writer (lower token) that
+    acts after the writer's grant is the unsafe one however late its grant was recorded; the writer acting
+    after a reader behind it was granted is. (Holds without a token keep the order of their recorded
+    grants: the unfenced tests above.)"""
+    h = History(tmp_path, impl="rw")
+    h.grant(1, "W", token=9, seq=9, mode="x")
+    h.reg.read(9, hold="W")
+    h.grant(2, "R", token=5, seq=5, mode="s", queued=False)  # a reader ahead of W, recorded late
+    with pytest.raises(StaleToken):
+        h.reg.read(5, hold="R", shared=True)
+    h.grant(3, "R2", token=11, seq=11, mode="s")  # a reader behind W, recorded while W still holds
+    h.reg.write(9, 1, hold="W")
+    h.release(1, "W")
+    h.release(2, "R")
+    h.release(3, "R2")
+    t = h.check()
+    assert sorted((f["hold"], f["after_grant_of"]) for f in t["findings"] if f["what"] == "unsafe overlap") == [
+        ("R", "W"), ("W", "R2")]
+
+
+def test_a_queue_numbered_afresh_is_ordered_by_tokens(tmp_path, clock):
+    """A queue's parent reaped once empty and made again numbers its nodes from 0: then the sequence numbers
+    (disagreeing with the tokens) are not used, and a stale holder acting after a grant in the new queue
+    still counts."""
+    h = History(tmp_path)
+    h.grant(1, "A", token=9, seq=40)
+    va = h.reg.read(9, hold="A")  # A is frozen here; its session expires, its node goes, the parent is reaped
+    h.grant(2, "B", token=12, seq=0)  # the first node of the parent made again
+    h.release(2, "B")
+    clock.advance(0.01)
+    h.reg.write(9, va + 1, hold="A")  # accepted: B never wrote
+    h.release(1, "A")
+    t = h.check()
+    assert [(f["hold"], f["after_grant_of"]) for f in t["findings"] if f["what"] == "unsafe overlap"] == [("A", "B")]
