@@ -115,6 +115,7 @@ class Gate:
     behind_epoch: int = 0  # bumped each time that child watch fires (a listing sent before cannot clear)
     wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
     version: int = 0  # bumped by every change a waiter may care about (:meth:`changed`)
+    reaped_at: float = -1e9  # when an acquire, release or check last looked for owners that ended (monotonic)
 
     def __post_init__(self) -> None:
         self.cond = threading.Condition(self.mutex)

@@ -495,10 +495,19 @@ class Lock(Blocking, Threaded, LockCore):
         Driver(self.client, None, never, self.retry).run(self._release(me))  # (not cancellable: no cancel() hook)
 
     def _reap(self, me: Owner) -> None:
-        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`)."""
-        counts = self._gate.counts
+        """Release what threads that ended hold on this lock's gate (see :mod:`zkrecipes._reaper`). A reader
+        in a read hold looks at most once per :data:`~zkrecipes._reaper.LOOK_EVERY` per gate, so that
+        threads sharing it do not each look at all the others on every call (an ended reader blocks no
+        reader); anyone else looks every time."""
+        gate = self._gate
+        counts = gate.counts
         if counts and (len(counts) > 1 or me not in counts):  # someone else holds here: maybe ended
-            _reaper.reap(self._gate)
+            if self._kind == naming.READ and gate.mode == naming.READ:
+                now = time.monotonic()
+                if now - gate.reaped_at < _reaper.LOOK_EVERY:
+                    return
+                gate.reaped_at = now
+            _reaper.reap(gate)
 
 
 

@@ -35,6 +35,7 @@ from .session import LOST
 log = logging.getLogger("zkrecipes.lock")
 
 TICK = 1.0  # seconds between the reaper thread's looks
+LOOK_EVERY = 0.02  # seconds between a gate's looks from acquire, release and check (each looks at every owner)
 EXIT_WAIT = 2.0  # seconds the interpreter's exit waits, at most, for the releases of ended owners' holds
 
 
