@@ -332,8 +332,10 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
             holds[e["hold"]]["end"] = e["t"]
         elif ev == "release" and e["hold"] in holds:
             holds[e["hold"]]["release"] = e["t"]
-        elif ev == "state" and e.get("state") in NOTICE_STATES and e.get("hold") in holds:
-            holds[e["hold"]]["notices"].append((e["t"], f"listener:{e['state']}"))
+        elif ev == "state" and e.get("state") in NOTICE_STATES:
+            for hid in e.get("holds") or [e.get("hold")]:  # a lock object shared by threads: each hold of it
+                if hid in holds:
+                    holds[hid]["notices"].append((e["t"], f"listener:{e['state']}"))
         elif ev == "check_fail" and e["hold"] in holds:
             holds[e["hold"]]["notices"].append((e["t"], "check"))
     for h in holds.values():

@@ -41,6 +41,7 @@ from .fenced import FencedRegister
 from .worker_base import NotHeld, Worker, _seq, _sid
 
 RW_WRITE_SHARE = 0.25
+RW_THREADS = 4  # threads per worker process sharing one ReadWriteLock (issue 48: readers join one node)
 MIXED_IMPLS = ("mk-zk", "mk-kazoo", "mk-refusal", "mc-zk", "mc-curator")  # lab.mixed_worker's loops
 TRIAL_MODULES = {"semaphore": "lab.semaphore_trial", "txn": "lab.txn_trial", "aio": "lab.aio_trial",
                  "handover": "lab.handover_trial", "multilock": "lab.multilock_trial", "revoke": "lab.revoke_trial"}
@@ -95,29 +96,45 @@ class LabWorker(Worker):
         self._lock_loop("fair", client, lambda: (lock, "x"), rnd, current)
 
     def loop_rw(self, client, paths, rnd) -> None:
+        """RW_THREADS threads share one ReadWriteLock object, as a service's request threads do: readers of
+        this process join one read node (with no request while the queue behind it is known clear), and
+        every thread writes now and then, so writers come from every process."""
         from zkrecipes import ReadWriteLock
 
         rw = ReadWriteLock(client, paths["rw"], identifier=self.ident)
-        current: dict = {}
+        current: dict = {"holds": set()}  # the holds in progress on this object, told of each state change
         for side in (rw.read(), rw.write()):
             side.add_listener(self._state_recorder("rw", current))
             self.cancels.append(side.cancel)
 
-        def pick():
-            return (rw.write(), "x") if rnd.random() < RW_WRITE_SHARE else (rw.read(), "s")
+        def loop(k: int) -> None:
+            r = rnd if k == 0 else random.Random(f"{self.cfg['seed']}-rw-{k}")
 
-        self._lock_loop("rw", client, pick, rnd, current)
+            def pick():
+                return (rw.write(), "x") if r.random() < RW_WRITE_SHARE else (rw.read(), "s")
 
-    def _lock_loop(self, impl: str, client, pick, rnd, current: dict) -> None:
+            self._lock_loop("rw", client, pick, r, current, tag=f"t{k}")
+
+        threads = [threading.Thread(target=self._guard, args=(loop, k), name=f"loop_rw-{k}", daemon=True)
+                   for k in range(1, RW_THREADS)]
+        for t in threads:
+            t.start()
+        loop(0)
+        for t in threads:
+            t.join()
+
+    def _lock_loop(self, impl: str, client, pick, rnd, current: dict, tag: str = "") -> None:
         """Loop over one zkrecipes lock; ``pick()`` returns (lock object, mode "x" or "s") for each round.
-        ``current["hold"]`` names the hold in progress, for the state listeners."""
+        ``current["hold"]`` names the hold in progress, for the state listeners (``current["holds"]``, if
+        there, every hold in progress of the threads sharing the lock object; ``tag`` tells their
+        requests apart)."""
         from zkrecipes import LockLost
 
         reg = FencedRegister(self.cfg["registers"][impl])
         n = 0
         while not self.stopping():
             lock, mode = pick()
-            req = f"{self.slot}.{os.getpid()}.{impl}.{n}"
+            req = f"{self.slot}.{os.getpid()}.{impl}{tag}.{n}"
             n += 1
             self.rec("acquire", impl=impl, req=req, mode=mode)
             try:
@@ -130,6 +147,7 @@ class LabWorker(Worker):
                 self.rec("acquire_fail", impl=impl, req=req)
                 continue
             current["hold"] = req
+            current.get("holds", set()).add(req)
             token, node = lock.token, lock.node
             self.rec("grant", impl=impl, req=req, hold=req, mode=mode, token=token, node=node, seq=_seq(node),
                      session=_sid(client))
@@ -143,6 +161,7 @@ class LabWorker(Worker):
                     self.rec("release_error", impl=impl, hold=req, error=f"{type(exc).__name__}: {exc}")
                 self.rec("release", impl=impl, hold=req, lost=lock.lost.is_set())
                 current.pop("hold", None)
+                current.get("holds", set()).discard(req)
         reg.close()
 
     def loop_election(self, client, paths, rnd) -> None:

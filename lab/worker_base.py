@@ -182,7 +182,11 @@ class Worker:
 
     def _state_recorder(self, impl: str, current: dict):
         def on_state(_obj, state: str) -> None:
-            self.rec("state", impl=impl, hold=current.get("hold"), state=state)
+            holds = current.get("holds")
+            if holds is None:
+                self.rec("state", impl=impl, hold=current.get("hold"), state=state)
+            else:  # a lock object shared by threads: the change is every one of their holds'
+                self.rec("state", impl=impl, holds=sorted(holds.copy()), state=state)
 
         return on_state
 

@@ -196,6 +196,39 @@ def test_readers_together_are_not_overlaps_but_a_writer_among_them_is(tmp_path):
     assert h2.check()["accepted_overlaps"] == 1
 
 
+def test_threads_sharing_one_read_node_are_checked_hold_by_hold(tmp_path, clock):
+    """Issue 48's lab pattern: threads of one process share a read node (same token and sequence). A writer
+    acting among them is an overlap with the joined reader too; a loss told to the shared lock object
+    (one ``state`` record naming every hold in progress) tells each of them, and one left out is missed."""
+    h = History(tmp_path, impl="rw")
+    h.grant(1, "R1", token=None, seq=1, mode="s", node="/root/rw/h-R-0000000001")
+    h.grant(1, "R1j", token=None, seq=1, mode="s", node="/root/rw/h-R-0000000001")  # a thread that joined
+    h.reg.read(None, hold="R1", shared=True)
+    h.reg.read(None, hold="R1j", shared=True)
+    h.release(1, "R1")
+    h.grant(2, "W2", token=None, seq=2, mode="x")
+    h.reg.write(None, 1, hold="W2")
+    h.reg.read(None, hold="R1j", shared=True)  # the joined reader, still acting after the writer's grant
+    h.release(2, "W2")
+    h.release(1, "R1j")
+    t = h.check()
+    assert t["accepted_overlaps"] == 1 and t["readers_overlapped"] == 1
+
+    os.makedirs(tmp_path / "told")
+    h2 = History(tmp_path / "told", impl="rw")
+    h2.grant(1, "A", token=1, seq=1, mode="s")
+    h2.grant(1, "Aj", token=1, seq=1, mode="s")
+    h2.grant(1, "Ak", token=1, seq=1, mode="s")
+    h2.nemesis("fault_start", id="f1", kind="pause", target_pid=1)
+    h2.nemesis("fault_end", id="f1")
+    h2.ev(1, "state", holds=["A", "Aj"], state="lost")  # the object's listener named two of the three
+    for hid in ("A", "Aj", "Ak"):
+        h2.release(1, hid)
+    t2 = h2.check()
+    assert (t2["notices_needed"], t2["notices_got"]) == (3, 2)
+    assert [f["hold"] for f in t2["findings"] if f["what"] == "missed loss notice"] == ["Ak"]
+
+
 def test_missed_timely_and_late_loss_notices(tmp_path, clock):
     h = History(tmp_path)
     h.grant(1, "A", token=1, seq=1)
