@@ -514,6 +514,16 @@ def _check_impl(impl, meta, events, nemesis, faults, win, kills, last_t, path, T
         together += len(ends)
         ends.append(e)
     totals["readers_overlapped"] = together if readers else None
+    # of those, pairs of one process on one read node: threads that joined a shared read hold (issue 48)
+    shared = sorted((h["grant"], h["end"], h["pid"], h["node"]) for h in holds.values()
+                    if h["mode"] == "s" and h.get("node"))
+    joined = 0
+    live: list = []
+    for s, e, pid, node in shared:
+        live = [x for x in live if x[0] > s]
+        joined += sum(1 for _, p, n in live if p == pid and n == node)
+        live.append((e, pid, node))
+    totals["readers_joined"] = joined if readers else None
 
     # orphans and hangs
     orphans = []

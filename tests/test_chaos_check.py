@@ -212,7 +212,7 @@ def test_threads_sharing_one_read_node_are_checked_hold_by_hold(tmp_path, clock)
     h.release(2, "W2")
     h.release(1, "R1j")
     t = h.check()
-    assert t["accepted_overlaps"] == 1 and t["readers_overlapped"] == 1
+    assert t["accepted_overlaps"] == 1 and t["readers_overlapped"] == 1 and t["readers_joined"] == 1
 
     os.makedirs(tmp_path / "told")
     h2 = History(tmp_path / "told", impl="rw")

@@ -123,6 +123,7 @@ def test_short_safety_run(short_runs: ShortRuns) -> None:
         assert t["grants"] >= 20, f"{t['name']}: only {t['grants']} grants\n{where}"
         assert not t["crashes"], f"{t['name']}: worker threads crashed: {t['crashes']}\n{where}"
     assert res["totals"]["rw"]["readers_overlapped"], f"readers never held the ReadWriteLock together\n{where}"
+    assert res["totals"]["rw"]["readers_joined"], f"no thread joined another's read node\n{where}"
 
     # the verdict
     for impl in ZK_RECIPES:
