@@ -113,6 +113,7 @@ class Gate:
     writer_behind: Any = None  # the hold behind whose node a writer was seen queued
     clear_behind: Any = None  # the read hold listed with no writer behind it under our child watch, not fired since
     behind_epoch: int = 0  # bumped each time that child watch fires (a listing sent before cannot clear)
+    looking: Any = None  # the read hold whose queue a joined reader is listing now (one listing at a time)
     wakers: Set[Callable[[], None]] = field(default_factory=set)  # non-thread waiters (asyncio tasks)
     version: int = 0  # bumped by every change a waiter may care about (:meth:`changed`)
     reaped_at: float = -1e9  # when an acquire, release or check last looked for owners that ended (monotonic)
@@ -231,7 +232,7 @@ class Gate:
             return LeaveResult(False, self.hold, downgraded)
         hold, detach = self.hold, list(self.objects.values())
         self.hold, self.mode, self.objects, self.busy = None, None, {}, True
-        self.clear_behind = None
+        self.clear_behind = self.looking = None
         return LeaveResult(True, hold, detach)
 
     def _detach_side(self, kind: str) -> List[Tuple[str, Detach]]:
@@ -259,20 +260,26 @@ class Gate:
             if self.line or self.wakers:
                 self.changed()
 
-    def start_look(self, hold: Any) -> Optional[int]:
-        """A reader that just joined read hold ``hold``: must it list the queue behind our node first? The
-        :attr:`behind_epoch` to pass to :meth:`look_behind` if so; None if the queue behind is known clear
-        or a writer was seen there."""
+    def start_look(self, hold: Any) -> Tuple[str, int]:
+        """A reader that just joined read hold ``hold``: must it list the queue behind our node first?
+        ``("look", epoch)``: yes (``epoch`` for :meth:`look_behind`); ``("wait", version)``: another owner
+        is listing it now, wait for a change of ``version`` and ask again (one listing at a time, however
+        many readers arrive meanwhile); ``("done", 0)``: no, the queue behind is known clear or a writer
+        was seen there."""
         with self.mutex:
             if self.hold is not hold or hold is self.writer_behind or hold is self.clear_behind:
-                return None
-            return self.behind_epoch
+                return "done", 0
+            if self.looking is hold:
+                return "wait", self.version
+            self.looking = hold
+            return "look", self.behind_epoch
 
     def look_behind(
         self, hold: Any, mine: Optional[QueueNode], queue: Optional[Sequence[QueueNode]], epoch: int
     ) -> None:
         """``queue`` was listed, with :meth:`queue_changed` as its child watch, for read hold ``hold`` (our node
-        ``mine``; ``epoch``: what :meth:`start_look` gave; ``queue`` None: the listing failed). A node that
+        ``mine``; ``epoch``: what :meth:`start_look` gave; ``queue`` None: the listing failed; either way the
+        readers waiting for it are woken). A node that
         is not a reader queued behind ours: later local readers queue in ZooKeeper behind it instead of
         joining our node, so steady local reads cannot starve it. None: the queue behind is clear until the
         watch fires, and local readers join with no request meanwhile."""
@@ -280,6 +287,9 @@ class Gate:
             n.kind != READ and distance(n.sequence, mine.sequence) > 0 for n in queue
         )
         with self.mutex:
+            if self.looking is hold:
+                self.looking = None
+                self.changed()  # the readers waiting for this listing look again at what it found
             if self.hold is not hold or queue is None:
                 return
             if writer:

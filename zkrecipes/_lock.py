@@ -33,7 +33,7 @@ from ._reporting import Owner as Owner  # a thread, an asyncio task, or an Objec
 from ._reporting import Reports
 from ._settings import LockArgs, Settings
 from ._signature import Options
-from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Steps, T, Taken, Watched
+from ._steps import NOW, Cancelled, DeadlinePassed, Entry, Steps, T, Taken, WaitGate, Watched
 from .errors import LockLost
 from .naming import Contender
 from .session import HELD, LOST, REVOKE, Hold, SessionWatcher
@@ -325,14 +325,20 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
     def _look_behind(self, gate: Gate, me: Owner, hold: Hold) -> Steps[bool]:
         """After ``me`` joined this process's read hold: nothing while the queue behind it is known clear,
         else one listing that sets the gate's child watch (:meth:`Gate.look_behind
-        <zkrecipes._gate.Gate.look_behind>`); ``me`` holds meanwhile, so the hold cannot end under it. True:
-        ``me`` stays; False: a writer is queued behind our node, ``me`` left it again (and deleted it if it
-        was the last). A deadline, cancel or Ctrl-C meanwhile leaves too, then is raised."""
-        epoch = gate.start_look(hold)
+        <zkrecipes._gate.Gate.look_behind>`), or a wait for the one another reader is making; ``me`` holds
+        meanwhile, so the hold cannot end under it. True: ``me`` stays; False: a writer is queued behind
+        our node, ``me`` left it again (and deleted it if it was the last). A deadline, cancel or Ctrl-C
+        meanwhile leaves too, then is raised."""
         cut: Optional[BaseException] = None
-        if epoch is not None:
+        while True:
+            what, n = gate.start_look(hold)
+            if what == "done":
+                break
             queue = None
             try:
+                if what == "wait":
+                    yield WaitGate(gate, n)
+                    continue
                 queue = self._format.sort((yield Watched("get_children", self.path, gate.queue_changed, once=True)))
             except (DeadlinePassed, Cancelled) as exc:
                 cut = exc
@@ -340,7 +346,9 @@ class LockCore(LockArgs, _follow.Revocable, Reports, Participant):
                 pass  # not known: the hold's own state decides, and the next reader to join looks again
             except BaseException as exc:  # Ctrl-C: acquire() raises, so ``me`` must not stay
                 cut = exc
-            gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), queue, epoch)
+            if what == "look":
+                gate.look_behind(hold, self._format.parse(hold.node.rsplit("/", 1)[1]), queue, n)
+            break
         if cut is None and gate.writer_behind is not hold:
             return True
         yield from _gate.finish_leave(gate, gate.leave(me, self._kind))

@@ -217,16 +217,19 @@ def test_a_node_that_is_not_a_reader_queued_behind_our_read_node_stops_local_rea
     with g.cond:
         assert g.try_enter(1, READ, good) is Entered.QUEUE
     g.granted(1, READ, HOLD)
-    epoch = g.start_look(HOLD)
-    assert epoch is not None and g.start_look(HOLD) == epoch  # each joiner looks until one answer is in
+    what, epoch = g.start_look(HOLD)
+    assert what == "look"
+    version = g.version
+    assert g.start_look(HOLD) == ("wait", version)  # one listing at a time: the next joiner waits for it
     queue = [n for _, n in formats.sort_any(["h-R-0000000005", behind])]
     g.look_behind(HOLD, naming.parse("h-R-0000000005"), queue, epoch)
-    assert g.start_look(HOLD) is None  # a writer seen, or the queue behind known clear: no more listings
+    assert g.version > version  # the waiting joiner is woken
+    assert g.start_look(HOLD) == ("done", 0)  # a writer seen, or the queue behind known clear: no more listings
     assert (g.clear_behind is HOLD) is not starved
     with g.cond:
         assert g.try_enter(2, READ, good) is (Entered.WAIT if starved else Entered.HAVE)
     g.queue_changed(None)  # the child watch fired: a change behind us may be a writer
-    assert g.clear_behind is None and (g.start_look(HOLD) is None) is starved  # (a writer seen stays seen)
+    assert g.clear_behind is None and (g.start_look(HOLD)[0] == "done") is starved  # (a writer seen stays seen)
 
 
 def test_a_listing_sent_before_the_child_watch_fired_does_not_make_the_queue_clear():
@@ -237,17 +240,17 @@ def test_a_listing_sent_before_the_child_watch_fired_does_not_make_the_queue_cle
         assert g.try_enter(1, READ, good) is Entered.QUEUE
     g.granted(1, READ, HOLD)
     mine = naming.parse("h-R-0000000005")
-    epoch = g.start_look(HOLD)  # the listing is sent
+    what, epoch = g.start_look(HOLD)  # the listing is sent
     g.queue_changed(None)  # kazoo's thread: the watch fired before the listing's answer was read
     g.look_behind(HOLD, mine, [mine], epoch)
     assert g.clear_behind is None
-    epoch = g.start_look(HOLD)  # the next reader lists again
-    assert epoch is not None
+    what, epoch = g.start_look(HOLD)  # the next reader lists again
+    assert what == "look"
     g.look_behind(HOLD, mine, None, epoch)  # that listing failed: nothing learnt, the next one looks
-    epoch = g.start_look(HOLD)
-    assert epoch is not None
+    what, epoch = g.start_look(HOLD)
+    assert what == "look"
     g.look_behind(HOLD, mine, [mine], epoch)
-    assert g.clear_behind is HOLD and g.start_look(HOLD) is None
+    assert g.clear_behind is HOLD and g.start_look(HOLD) == ("done", 0)
     assert g.leave(1, READ).last and g.clear_behind is None  # the hold's end forgets it
 
 

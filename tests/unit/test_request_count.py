@@ -194,3 +194,26 @@ def test_a_joiner_cut_short_while_it_looks_behind_leaves_the_hold(cut):
         assert stop.value.value is False
     assert read._gate.counts.keys() == {threading.current_thread()}
     count(read._release(threading.current_thread()), answers)
+
+
+def test_readers_that_join_while_one_looks_behind_wait_for_its_listing_and_send_nothing():
+    """One listing at a time per read hold: readers arriving while a joiner lists wait for its answer
+    (holding meanwhile) instead of sending listings of their own -- no burst of listings under many threads."""
+    read = ReadWriteLock(client(), "/q").read()
+    answers = queue_answers([], "h-R-0000000005")
+    count(read._acquire(threading.current_thread(), True), answers)
+    a, b = threading.Thread(target=lambda: None), threading.Thread(target=lambda: None)
+    looking = read._acquire(a, True)
+    look = looking.send(None)
+    assert type(look) is e.Watched
+    waiting = read._acquire(b, True)
+    assert type(waiting.send(None)) is e.WaitGate  # b waits for a's listing, sending nothing
+    with pytest.raises(StopIteration) as done:
+        looking.send(answers(look))
+    assert done.value.value is True
+    with pytest.raises(StopIteration) as done:
+        waiting.send(None)  # woken: the queue behind is known clear now
+    assert done.value.value is True
+    assert read._gate.counts.keys() == {threading.current_thread(), a, b}
+    for owner in (a, b, threading.current_thread()):
+        count(read._release(owner), answers)
